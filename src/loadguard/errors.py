@@ -1,0 +1,82 @@
+"""Every exception loadguard raises. Each says what happened and what to do next.
+
+All derive from :class:`LoadguardError`, whose ``hint`` is the next step for the user; the CLI prints
+``Error: <message>`` and ``Hint: <hint>`` and exits with code 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class LoadguardError(Exception):
+    """Base class: ``str(err)`` is one sentence saying what went wrong, ``err.hint`` what to do."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownZooEntryError(LoadguardError, KeyError):
+    def __init__(self, name: str, known: Iterable[str]):
+        super().__init__(
+            f"there is no zoo entry called {name!r}",
+            f"choose one of: {', '.join(known)} (`loadguard zoo list` describes them)",
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.message
+
+
+class FolderNotEmptyError(LoadguardError):
+    def __init__(self, folder: str):
+        super().__init__(
+            f"{folder} already exists and is not empty; loadguard never writes over existing files",
+            "pass a new or empty folder",
+        )
+
+
+class ModelNotFoundError(LoadguardError):
+    """A path that does not exist, or a Hub id that cannot be reached offline."""
+
+
+class ModelConfigError(LoadguardError):
+    """No usable config: missing ``config.json``, unknown architecture, unreadable config."""
+
+
+class RemoteCodeNotTrustedError(LoadguardError):
+    """The model needs its own code and ``trust_remote_code`` was not given."""
+
+
+class RemoteCodeImportError(LoadguardError):
+    """The model's own code raised while being imported or constructed."""
+
+
+class CheckpointError(LoadguardError):
+    """A checkpoint that cannot be read: missing, corrupt, truncated, or an index naming a missing shard."""
+
+
+class ReferenceBuildError(LoadguardError):
+    """The model's class could not be constructed from its config to build the reference."""
+
+
+class InvalidOptionError(LoadguardError):
+    """An argument that is not valid: unknown dtype, unavailable device, unknown policy."""
+
+
+class BrokenModelError(LoadguardError):
+    """Raised by ``load(on_problem="raise")``: the loaded model is not what its code and checkpoint define.
+
+    ``report`` is the :class:`loadguard.AuditReport` of the load.
+    """
+
+    def __init__(self, report, message: str, hint: str):
+        super().__init__(message, hint)
+        self.report = report

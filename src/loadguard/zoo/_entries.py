@@ -1,0 +1,166 @@
+"""The zoo's entries: what each one is, how it is built and what a broken load does to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UnknownZooEntryError
+
+
+@dataclass(frozen=True)
+class ExpectedFinding:
+    """A tensor that a transformers v5 load leaves wrong, and how (a loadguard status)."""
+
+    tensor: str
+    status: str  # "uninitialized" | "on_meta" | "overwritten"
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    family: str
+    summary: str
+    failure_mode: str | None = None
+    """The letter of the failure mode in loadguard's background notes (a-e), None for clean models."""
+    config: dict[str, Any] = field(default_factory=dict)
+    expected: tuple[ExpectedFinding, ...] = ()
+    save_non_persistent_buffers: bool = False
+    drop_keys: tuple[str, ...] = ()
+    shards: int = 1
+    prompts: tuple[str, ...] = ("describe what you see .",)
+    image_sizes: tuple[tuple[int, int], ...] = ()
+    """(width, height) of the demo images each prompt's ``<image>`` placeholders take, in order."""
+
+    @property
+    def takes_images(self) -> bool:
+        return self.family == "lgminicpmv"
+
+    @property
+    def auto_class(self) -> str:
+        return "AutoModelForCausalLM"
+
+    def expected_for(self, num_hidden_layers: int) -> tuple[ExpectedFinding, ...]:
+        """Expected findings for a model with that many layers: ``{layer}`` stands for every layer,
+        ``{later_layer}`` for every layer but the first."""
+        out = []
+        for item in self.expected:
+            if "{layer}" in item.tensor:
+                layers, key = range(num_hidden_layers), "layer"
+            elif "{later_layer}" in item.tensor:
+                layers, key = range(1, num_hidden_layers), "later_layer"
+            else:
+                out.append(item)
+                continue
+            out.extend(ExpectedFinding(item.tensor.format(**{key: i}), item.status) for i in layers)
+        return tuple(out)
+
+
+_TOY_NP = (
+    ExpectedFinding("positions.table", "uninitialized"),
+    ExpectedFinding("positions.index", "uninitialized"),
+    ExpectedFinding("layers.{layer}.attn.causal_mask", "uninitialized"),
+)
+
+ENTRIES: dict[str, ZooEntry] = {
+    e.name: e
+    for e in [
+        ZooEntry(
+            "minicpmv_like",
+            "lgminicpmv",
+            "MiniCPM-V-2.6-shaped VLM: the resampler's 2D sin/cos pos_embed is a non-persistent buffer "
+            "that _init_weights does not rebuild",
+            failure_mode="a",
+            expected=(ExpectedFinding("resampler.pos_embed", "uninitialized"),),
+            prompts=("<image> describe what you see .", "<image> <image> what do you see ?"),
+            image_sizes=((48, 32), (32, 32), (24, 40)),
+        ),
+        ZooEntry(
+            "minicpmv_like_fixed",
+            "lgminicpmv",
+            "minicpmv_like with the fix: _init_weights rebuilds the resampler's pos_embed",
+            config={"fixed": True},
+            prompts=("<image> describe what you see .", "<image> <image> what do you see ?"),
+            image_sizes=((48, 32), (32, 32), (24, 40)),
+        ),
+        ZooEntry(
+            "np_buffer",
+            "lgtoy",
+            "(a) non-persistent buffers (sin/cos table, index table, bool causal masks) computed in "
+            "__init__ with no _init_weights branch",
+            failure_mode="a",
+            expected=_TOY_NP,
+        ),
+        ZooEntry(
+            "np_buffer_in_checkpoint",
+            "lgtoy",
+            "(b) like np_buffer, but the checkpoint carries the buffers' values: transformers discards "
+            "them as unexpected keys",
+            failure_mode="b",
+            expected=_TOY_NP,
+            save_non_persistent_buffers=True,
+        ),
+        ZooEntry(
+            "shared_buffer",
+            "lgtoy",
+            "(c) one causal-mask tensor registered as a non-persistent buffer in every layer: the first "
+            "alias comes out garbage, the others stay on meta",
+            failure_mode="c",
+            config={"share_causal_mask": True},
+            expected=(
+                ExpectedFinding("positions.table", "uninitialized"),
+                ExpectedFinding("positions.index", "uninitialized"),
+                ExpectedFinding("layers.0.attn.causal_mask", "uninitialized"),
+                ExpectedFinding("layers.{later_layer}.attn.causal_mask", "on_meta"),
+            ),
+        ),
+        ZooEntry(
+            "missing_key",
+            "lgtoy",
+            "(d) a bare nn.Parameter (logit_scale) missing from the checkpoint, with no _init_weights "
+            "branch to initialize it",
+            failure_mode="d",
+            config={"use_logit_scale": True, "rebuild_buffers_in_init": True},
+            expected=(ExpectedFinding("logit_scale", "uninitialized"),),
+            drop_keys=("logit_scale",),
+        ),
+        ZooEntry(
+            "overwritten",
+            "lgtoy",
+            "(e) the LM head holds a non-persistent buffer, so it fails transformers' 'already loaded' "
+            "backstop and an unguarded _init_weights overwrites its loaded weight",
+            failure_mode="e",
+            config={"scaled_lm_head": True, "unguarded_init": True, "rebuild_buffers_in_init": True},
+            expected=(ExpectedFinding("lm_head.weight", "overwritten"),),
+        ),
+        ZooEntry(
+            "sharded",
+            "lgtoy",
+            "(e) the overwritten model saved as a 3-shard checkpoint with a safetensors index",
+            failure_mode="e",
+            config={"scaled_lm_head": True, "unguarded_init": True, "rebuild_buffers_in_init": True},
+            expected=(ExpectedFinding("lm_head.weight", "overwritten"),),
+            shards=3,
+        ),
+        ZooEntry(
+            "clean",
+            "lgtoy",
+            "non-persistent buffers, a scaled head and a bare parameter, all rebuilt by _init_weights: "
+            "loads exactly",
+            config={"use_logit_scale": True, "scaled_lm_head": True, "rebuild_buffers_in_init": True},
+        ),
+    ]
+}
+
+
+def entries() -> list[ZooEntry]:
+    """All zoo entries, in a stable order."""
+    return list(ENTRIES.values())
+
+
+def get(name: str) -> ZooEntry:
+    """The entry called ``name``; raises :class:`loadguard.errors.UnknownZooEntryError` otherwise."""
+    try:
+        return ENTRIES[name]
+    except KeyError:
+        raise UnknownZooEntryError(name, sorted(ENTRIES)) from None
