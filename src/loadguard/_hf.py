@@ -1,0 +1,148 @@
+"""Loading with ``from_pretrained`` as a user would, turning every way it fails into a typed error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import (
+    InvalidOptionError,
+    LoadguardError,
+    ModelConfigError,
+    ModelNotFoundError,
+    RemoteCodeImportError,
+    RemoteCodeNotTrustedError,
+)
+
+DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def parse_dtype(value: Any) -> Any:
+    """``"auto"``, a dtype name or a ``torch.dtype``; raises :class:`InvalidOptionError` otherwise."""
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    name = str(value).replace("torch.", "")
+    if name in DTYPES:
+        return DTYPES[name]
+    raise InvalidOptionError(f"{value!r} is not a dtype loadguard loads with", f"use one of: {', '.join(DTYPES)}")
+
+
+def check_device(device: str | None) -> None:
+    if device is None or device in ("cpu", "auto"):
+        return
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise InvalidOptionError(f"{device!r} is not a device", "use cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidOptionError(f"--device {device} was asked for but this machine has no usable CUDA GPU", "use --device cpu")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise InvalidOptionError(f"{device} does not exist: this machine has {torch.cuda.device_count()} GPU(s)", "use cuda:0")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise InvalidOptionError("--device mps was asked for but MPS is not available here", "use --device cpu")
+
+
+def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
+    """Pre-flight for a local folder: it exists, holds a readable config.json, and its remote code is trusted."""
+    folder = Path(path)
+    if not folder.exists():
+        if _HUB_ID.match(str(path)) and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", ""):
+            raise ModelNotFoundError(
+                f"{path} is not a local folder and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set)",
+                "download the model first (hf download) and pass its local folder",
+            )
+        if _HUB_ID.match(str(path)):
+            return {}
+        raise ModelNotFoundError(f"{path} does not exist", "pass the folder that holds the model's config.json and weights")
+    if not folder.is_dir():
+        raise ModelNotFoundError(f"{path} is a file, not a model folder", "pass the folder that holds config.json")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ModelConfigError(f"{folder} has no config.json, so it is not a transformers model folder", "pass the folder that holds config.json")
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as error:
+        raise ModelConfigError(f"{config_file} is not valid JSON ({error})", "fix or re-save the config") from None
+    auto_map = config.get("auto_map") or {}
+    if auto_map and not trust_remote_code:
+        files = sorted({str(v if isinstance(v, str) else v[0]).split(".")[0] + ".py" for v in auto_map.values() if v})
+        raise RemoteCodeNotTrustedError(
+            f"{folder} runs its own code ({', '.join(files)}) and trust_remote_code was not given",
+            "read that code, then pass --trust-remote-code (trust_remote_code=True) if you trust it",
+        )
+    return config
+
+
+def resolve_class(auto_class: Any, config: dict) -> Any:
+    """The class to call ``from_pretrained`` on: the one given, else the one the config names, else AutoModel."""
+    import transformers
+
+    if auto_class is not None and not isinstance(auto_class, str):
+        return auto_class
+    if isinstance(auto_class, str):
+        cls = getattr(transformers, auto_class, None)
+        if cls is None or not hasattr(cls, "from_pretrained"):
+            raise InvalidOptionError(f"transformers has no model class called {auto_class!r}", "use e.g. AutoModel, AutoModelForCausalLM")
+        return cls
+    auto_map = config.get("auto_map") or {}
+    architectures = config.get("architectures") or []
+    model_keys = [k for k in auto_map if k.startswith("AutoModel")]
+    for key in model_keys:  # the auto class whose target is the architecture the config names
+        target = auto_map[key] if isinstance(auto_map[key], str) else auto_map[key][0]
+        if architectures and target.endswith("." + architectures[0]):
+            return getattr(transformers, key)
+    if model_keys:
+        return getattr(transformers, model_keys[0])
+    if architectures and hasattr(transformers, architectures[0]):
+        return getattr(transformers, architectures[0])
+    return transformers.AutoModel
+
+
+def from_pretrained(cls: Any, path: str | os.PathLike, **kwargs: Any):
+    """``cls.from_pretrained(path, **kwargs)``; every failure becomes a :class:`LoadguardError`."""
+    try:
+        return cls.from_pretrained(str(path), **kwargs)
+    except LoadguardError:
+        raise
+    except Exception as error:
+        raise translate(error, path) from error
+
+
+def translate(error: Exception, path: Any) -> LoadguardError:
+    """Say what a failed ``from_pretrained`` means and what to do about it."""
+    text = str(error).split("\n")[0]
+    frame = _remote_code_frame(error)
+    if frame is not None:
+        filename, line = frame
+        return RemoteCodeImportError(
+            f"the model's own code failed in {filename}, line {line}: {type(error).__name__}: {text}",
+            "fix the model code, or apply a loadguard workaround for it",
+        )
+    if "does not recognize this architecture" in text or "Unrecognized model" in text or "model type" in text and "not" in text:
+        return ModelConfigError(
+            f"the config in {path} names an architecture this transformers does not know ({text})",
+            "upgrade transformers, or pass the model's remote code with --trust-remote-code",
+        )
+    if "trust_remote_code" in text:
+        return RemoteCodeNotTrustedError(f"{path} needs its own code to load and it was not trusted", "pass --trust-remote-code if you trust it")
+    if isinstance(error, OSError) and ("offline" in text.lower() or "connect" in text.lower() or "couldn't" in text.lower()):
+        return ModelNotFoundError(f"{path} could not be found locally or fetched ({text})", "pass a local folder, or download the model first")
+    if "safetensors" in text.lower() or "header" in text.lower() or "deserializ" in text.lower():
+        return LoadguardError(f"the weights in {path} cannot be read ({text})", "the checkpoint is corrupt or truncated: download or save it again")
+    return LoadguardError(f"from_pretrained failed on {path}: {type(error).__name__}: {text}", "set LOADGUARD_DEBUG=1 to see the traceback")
+
+
+def _remote_code_frame(error: Exception) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame inside a model's remote code, if the error came from there."""
+    found = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if "transformers_modules" in frame.filename:
+            found = (Path(frame.filename).name, frame.lineno)
+    return found

@@ -1,0 +1,230 @@
+"""``audit``: compare a loaded model with what its code and its checkpoint define. Never changes it."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import checks
+from .checkpoint import Checkpoint, KeyMap, map_keys
+from .checks import Check
+from .errors import LoadguardError
+from .inventory import Inventory
+from .reference import Reference, build_reference
+from .report import AuditReport, CheckSummary, Finding
+
+
+@dataclass
+class _Context:
+    """What a repair needs from the audit it follows (kept off the JSON)."""
+
+    reference: Reference | None
+    checkpoint: Checkpoint | None
+    key_map: KeyMap | None
+
+
+def versions() -> dict[str, str]:
+    import transformers
+
+    out = {"torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        import accelerate
+
+        out["accelerate"] = accelerate.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def _model_name(model: nn.Module) -> str:
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_name_or_path", "") or getattr(model, "name_or_path", "") or type(model).__name__)
+
+
+def _resolve_checkpoint(model: nn.Module, checkpoint: Any) -> tuple[Checkpoint | None, str]:
+    """(the checkpoint, why there is none)."""
+    if checkpoint is False:
+        return None, "skipped: checkpoint=False"
+    if isinstance(checkpoint, Checkpoint):
+        return checkpoint, ""
+    if checkpoint is None:
+        name = _model_name(model)
+        if name and os.path.isdir(name):
+            try:
+                return Checkpoint.open(name), ""
+            except LoadguardError as error:
+                if "holds no checkpoint" in error.message:
+                    return None, f"no checkpoint found in {name}"
+                raise
+        return None, "no checkpoint given and the model's name_or_path is not a local folder (pass checkpoint=PATH)"
+    return Checkpoint.open(Path(checkpoint)), ""
+
+
+def _resolve_reference(model: nn.Module, reference: Any) -> tuple[Reference | None, str]:
+    if reference is None or reference is False:
+        return None, "skipped: reference=None"
+    if isinstance(reference, Reference):
+        return reference, ""
+    if reference == "auto":
+        try:
+            return build_reference(model), ""
+        except LoadguardError as error:
+            return None, error.message
+    raise ValueError(f"reference must be 'auto', None or a Reference, not {reference!r}")
+
+
+def _offloaded_names(model: nn.Module) -> set[str]:
+    """Tensors accelerate keeps on meta on purpose (cpu/disk offload via its hooks)."""
+    names: set[str] = set()
+    for module_name, module in model.named_modules():
+        hook = getattr(module, "_hf_hook", None)
+        weights_map = getattr(hook, "weights_map", None) if hook is not None else None
+        if weights_map is None or not getattr(hook, "offload", False):
+            continue
+        for attribute in list(module._parameters) + list(module._buffers):
+            names.add(f"{module_name}.{attribute}" if module_name else attribute)
+    return names
+
+
+def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") -> AuditReport:
+    """Say which tensors of ``model`` are not what its code and its checkpoint define.
+
+    Args:
+        model: a model as any loader left it (``from_pretrained``, ``to_empty`` + init, ...).
+        checkpoint: the checkpoint it was loaded from: a folder, a ``.safetensors`` / ``.bin`` file, an
+            index ``.json``, or a :class:`loadguard.checkpoint.Checkpoint`. ``None`` uses the model's
+            ``name_or_path`` when it is a local folder; ``False`` skips the checkpoint checks.
+        reference: ``"auto"`` builds the reference of the model's buffers from its class and config
+            (cached); ``None`` skips the non-persistent-buffer check; or a prebuilt
+            :class:`loadguard.reference.Reference`.
+
+    Checks: ``non_persistent_buffer`` (every alias against the reference), ``checkpoint_fidelity``
+    (every state-dict tensor the checkpoint holds, exact after the dtype cast), ``missing_key``
+    (state-dict tensors the checkpoint lacks: NaN/Inf/INT_MAX), ``meta_leftover``. A check that cannot
+    run is reported with the reason. The model, its tensors and the RNG state are not changed.
+
+    Example::
+
+        model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+        report = loadguard.audit(model)
+        assert report.ok, [f.tensor for f in report.failures]
+    """
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    inventory = Inventory(model)
+    offloaded = _offloaded_names(model)
+    findings: list[Finding] = []
+    summaries: list[CheckSummary] = []
+    seconds["inventory"] = time.perf_counter() - start
+
+    # meta leftovers first: a tensor with no value is reported once, here, and skipped below
+    meta_findings = [f for e in inventory if (f := checks.check_meta_leftover(e, e.name in offloaded)) is not None]
+    findings += meta_findings
+    on_meta = {f.tensor for f in meta_findings}
+    summaries.append(
+        CheckSummary(
+            Check.META_LEFTOVER.value,
+            True,
+            checked=len(inventory),
+            failed=sum(f.failing for f in meta_findings),
+            unverifiable=sum(not f.failing for f in meta_findings),
+        )
+    )
+
+    # non-persistent buffers against the reference
+    start = time.perf_counter()
+    ref, ref_reason = _resolve_reference(model, reference)
+    seconds["reference"] = time.perf_counter() - start
+    start = time.perf_counter()
+    np_entries = [e for e in inventory.non_persistent_buffers if e.name not in on_meta]
+    np_findings: list[Finding] = []
+    with torch.no_grad():
+        for entry in np_entries:
+            if ref is None:
+                value, why = None, f"the reference could not be built ({ref_reason})"
+            else:
+                value = ref.values.get(entry.name)
+                why = ref.unverifiable.get(entry.name, "the model's code does not create this buffer")
+            finding = checks.check_non_persistent_buffer(entry, inventory.tensor(entry.name), value, why)
+            if finding is not None:
+                np_findings.append(finding)
+    findings += np_findings
+    summaries.append(
+        CheckSummary(
+            Check.NON_PERSISTENT_BUFFER.value,
+            True,
+            checked=len(np_entries),
+            failed=sum(f.failing for f in np_findings),
+            unverifiable=sum(not f.failing for f in np_findings),
+            reason="" if ref is not None else f"no reference: {ref_reason}; only NaN/Inf/INT_MAX were looked for",
+        )
+    )
+    seconds["buffers"] = time.perf_counter() - start
+
+    # checkpoint fidelity and missing keys
+    start = time.perf_counter()
+    ckpt, ckpt_reason = _resolve_checkpoint(model, checkpoint)
+    state_entries = [e for e in inventory.state_entries if e.name not in on_meta]
+    key_map: KeyMap | None = None
+    if ckpt is None:
+        for check in (Check.CHECKPOINT_FIDELITY, Check.MISSING_KEY):
+            summaries.append(CheckSummary(check.value, False, reason=ckpt_reason))
+    else:
+        key_map = map_keys(model, ckpt, [e.name for e in inventory.state_entries])
+        fidelity: list[Finding] = []
+        missing: list[Finding] = []
+        fused = 0
+        with torch.no_grad():
+            for entry in state_entries:
+                loaded = inventory.tensor(entry.name)
+                key = key_map.to_checkpoint.get(entry.name)
+                if key is not None:
+                    finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key)
+                    if finding is not None:
+                        fidelity.append(finding)
+                elif entry.name in key_map.fused:
+                    fused += 1
+                    fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
+                else:
+                    reference_value = ref.values.get(entry.name) if ref is not None else None
+                    missing.append(checks.check_missing_key(entry, loaded, reference_value))
+        findings += fidelity + missing
+        compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)
+        summaries.append(
+            CheckSummary(
+                Check.CHECKPOINT_FIDELITY.value,
+                True,
+                checked=compared,
+                failed=sum(f.failing for f in fidelity),
+                unverifiable=fused,
+                reason=f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model" if key_map.unexpected else "",
+            )
+        )
+        summaries.append(
+            CheckSummary(
+                Check.MISSING_KEY.value,
+                True,
+                checked=len(missing),
+                failed=sum(f.failing for f in missing),
+                unverifiable=sum(not f.failing for f in missing),
+            )
+        )
+    seconds["checkpoint"] = time.perf_counter() - start
+
+    return AuditReport(
+        model=_model_name(model),
+        model_class=type(model).__name__,
+        checkpoint=str(ckpt.path) if ckpt is not None else None,
+        findings=tuple(sorted(findings, key=lambda f: (not f.failing, f.tensor))),
+        checks=tuple(summaries),
+        unexpected_checkpoint_keys=key_map.unexpected if key_map is not None else (),
+        versions=versions(),
+        seconds=seconds,
+        _context=_Context(ref, ckpt, key_map),
+    )

@@ -1,0 +1,349 @@
+"""Reading checkpoints lazily, tensor by tensor, and mapping their keys onto a model's names.
+
+Safetensors files (single or sharded with an index) are memory-mapped and read as zero-copy views: a
+tensor is paged in when compared and never copied. ``.bin`` checkpoints are read with
+``torch.load(weights_only=True, mmap=True)`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import CheckpointError
+
+SAFETENSORS_SINGLE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+BIN_SINGLE = "pytorch_model.bin"
+BIN_INDEX = "pytorch_model.bin.index.json"
+
+_ST_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+for _name, _attr in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
+    if hasattr(torch, _attr):
+        _ST_DTYPES[_name] = getattr(torch, _attr)
+
+
+@dataclass(frozen=True)
+class _Location:
+    file: Path
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    start: int  # absolute byte offset in the file
+    end: int
+
+
+class _SafetensorsFile:
+    """One memory-mapped safetensors file, its header validated against the file's size."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as handle:
+                raw_length = handle.read(8)
+                if len(raw_length) < 8:
+                    raise ValueError("the file is shorter than a safetensors header")
+                (length,) = struct.unpack("<Q", raw_length)
+                if length > size - 8:
+                    raise ValueError(f"the header claims {length} bytes but the file has {size - 8}")
+                header = json.loads(handle.read(length))
+        except (OSError, ValueError, UnicodeDecodeError) as error:
+            raise CheckpointError(
+                f"{path} is not a readable safetensors file ({error})",
+                "the file is corrupt or truncated: download or save the checkpoint again",
+            ) from None
+        data_start = 8 + length
+        self.locations: dict[str, _Location] = {}
+        self.metadata = header.pop("__metadata__", None) or {}
+        for key, info in header.items():
+            try:
+                begin, end = info["data_offsets"]
+                dtype_name, shape = info["dtype"], tuple(info["shape"])
+            except (KeyError, TypeError, ValueError):
+                raise CheckpointError(
+                    f"{path}: the header entry for {key!r} is malformed",
+                    "the file is corrupt: download or save the checkpoint again",
+                ) from None
+            if data_start + end > size:
+                raise CheckpointError(
+                    f"{path} is truncated: {key!r} ends at byte {data_start + end} but the file has {size}",
+                    "download or save the checkpoint again",
+                )
+            dtype = _ST_DTYPES.get(dtype_name)
+            if dtype is None:
+                raise CheckpointError(
+                    f"{path}: {key!r} has dtype {dtype_name}, which this torch cannot represent",
+                    "upgrade torch or audit without the checkpoint (checkpoint=False)",
+                )
+            self.locations[key] = _Location(path, dtype, shape, data_start + begin, data_start + end)
+        self._map: mmap.mmap | None = None
+
+    def view(self, location: _Location) -> torch.Tensor:
+        """A zero-copy CPU tensor over the file's bytes (copy-on-write mapping: the file never changes)."""
+        if self._map is None:
+            with open(self.path, "rb") as handle:
+                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        count = 1
+        for dim in location.shape:
+            count *= dim
+        if count == 0:
+            return torch.empty(location.shape, dtype=location.dtype)
+        flat = torch.frombuffer(self._map, dtype=location.dtype, count=count, offset=location.start)
+        return flat.view(location.shape)
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view handed out is still alive: the mapping goes with it
+                pass
+            self._map = None
+
+
+class Checkpoint:
+    """A checkpoint on disk, read one tensor at a time.
+
+    Example::
+
+        ckpt = Checkpoint.open("path/to/model")        # folder, .safetensors, index .json or .bin
+        for key in ckpt.keys():
+            value = ckpt.get(key)                        # mmap view; nothing else is read
+    """
+
+    def __init__(self, path: Path, files: list[Path], fmt: str):
+        self.path = path
+        self.files = files
+        self.format = fmt
+        self._safetensors: dict[Path, _SafetensorsFile] = {}
+        self._locations: dict[str, _Location] = {}
+        self._bin: dict[str, torch.Tensor] = {}
+        if fmt == "safetensors":
+            for file in files:
+                reader = _SafetensorsFile(file)
+                self._safetensors[file] = reader
+                self._locations.update(reader.locations)
+        else:
+            for file in files:
+                self._bin.update(_load_bin(file))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Checkpoint:
+        """Open a checkpoint file or a model folder; raises :class:`CheckpointError` with what is wrong."""
+        path = Path(path)
+        if not path.exists():
+            raise CheckpointError(
+                f"checkpoint path {path} does not exist",
+                "pass the folder the model was loaded from, or checkpoint=False to skip the checkpoint checks",
+            )
+        if path.is_dir():
+            for name, fmt in ((SAFETENSORS_INDEX, "safetensors"), (SAFETENSORS_SINGLE, "safetensors"), (BIN_INDEX, "bin"), (BIN_SINGLE, "bin")):
+                if (path / name).is_file():
+                    return cls.open(path / name) if name.endswith(".json") else cls(path, [path / name], fmt)
+            raise CheckpointError(
+                f"{path} holds no checkpoint ({SAFETENSORS_SINGLE}, {SAFETENSORS_INDEX}, {BIN_SINGLE} or {BIN_INDEX})",
+                "pass the folder that holds the weights, or checkpoint=False to skip the checkpoint checks",
+            )
+        if path.name.endswith(".json"):
+            return cls(path.parent, _index_files(path), "safetensors" if ".safetensors" in path.name else "bin")
+        if path.suffix == ".safetensors":
+            return cls(path.parent, [path], "safetensors")
+        if path.suffix in (".bin", ".pt", ".pth"):
+            return cls(path.parent, [path], "bin")
+        raise CheckpointError(
+            f"{path} is not a checkpoint loadguard can read",
+            "pass a .safetensors file, a .bin file, an index .json, or the model folder",
+        )
+
+    def keys(self) -> list[str]:
+        return list(self._locations) if self.format == "safetensors" else list(self._bin)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._locations or key in self._bin
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self._locations[key].shape if self.format == "safetensors" else tuple(self._bin[key].shape)
+
+    def dtype(self, key: str) -> torch.dtype:
+        return self._locations[key].dtype if self.format == "safetensors" else self._bin[key].dtype
+
+    def get(self, key: str) -> torch.Tensor:
+        """The tensor stored under ``key``: a zero-copy CPU view, valid while the checkpoint is open."""
+        if self.format == "bin":
+            return self._bin[key]
+        location = self._locations[key]
+        return self._safetensors[location.file].view(location)
+
+    def nbytes(self, key: str) -> int:
+        if self.format == "safetensors":
+            location = self._locations[key]
+            return location.end - location.start
+        tensor = self._bin[key]
+        return tensor.numel() * tensor.element_size()
+
+    def close(self) -> None:
+        for reader in self._safetensors.values():
+            reader.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({str(self.path)!r}, format={self.format!r}, files={len(self.files)})"
+
+
+def _index_files(index_path: Path) -> list[Path]:
+    try:
+        index = json.loads(index_path.read_text())
+        weight_map = index["weight_map"]
+        shards = list(dict.fromkeys(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(
+            f"{index_path} is not a valid checkpoint index ({type(error).__name__}: {error})",
+            "the index is corrupt: download or save the checkpoint again",
+        ) from None
+    files = [index_path.parent / shard for shard in shards]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{index_path.name} names shard {missing[0]}, which is missing from {index_path.parent}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+            "download the missing shard(s) again, or re-save the checkpoint",
+        )
+    return files
+
+
+def _load_bin(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:
+        raise CheckpointError(
+            f"{path} could not be read safely with torch.load(weights_only=True): {type(error).__name__}: {error}",
+            "convert the checkpoint to safetensors, or audit without it (checkpoint=False)",
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a flat state dict of tensors", "save it with model.save_pretrained")
+    return state
+
+
+# ----------------------------------------------------------------------------------------------------
+# Key mapping: checkpoint keys -> the model's state_dict names
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """How a checkpoint's keys meet a model's ``state_dict()`` names.
+
+    ``to_checkpoint`` maps model names to the checkpoint key holding their value; ``fused`` lists model
+    names whose value transformers builds from several checkpoint keys (not comparable one to one);
+    ``unexpected`` lists checkpoint keys that no model name takes (discarded by a load).
+    """
+
+    to_checkpoint: dict[str, str]
+    fused: dict[str, str]
+    unexpected: tuple[str, ...]
+
+
+def map_keys(model: torch.nn.Module, checkpoint: Checkpoint, model_names: list[str]) -> KeyMap:
+    """Map checkpoint keys onto ``model_names`` the way transformers renames them on load.
+
+    Uses the renamings transformers exposes (v5 weight conversions, v4 ``_checkpoint_conversion_mapping``,
+    legacy ``gamma``/``beta`` names) and the base-model prefix. Keys transformers fuses from several
+    checkpoint tensors are reported in ``fused``.
+    """
+    wanted = set(model_names)
+    renamings, converters = _conversions(model)
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    to_checkpoint: dict[str, str] = {}
+    fused: dict[str, str] = {}
+    unexpected: list[str] = []
+    for key in checkpoint.keys():
+        target = _rename(key, renamings)
+        candidates = [target, _legacy(target)]
+        if prefix:
+            candidates += [c[len(prefix) + 1 :] for c in candidates if c.startswith(prefix + ".")]
+            candidates += [f"{prefix}.{c}" for c in candidates[:2]]
+        match = next((c for c in candidates if c in wanted), None)
+        if match is not None and match not in to_checkpoint:
+            to_checkpoint[match] = key
+            continue
+        fused_names = next((names for names in (convert(key) for convert in converters) if names is not None), None)
+        if fused_names is not None:
+            for name in fused_names:
+                if name in wanted:
+                    fused.setdefault(name, key)
+            continue
+        unexpected.append(key)
+    for name in fused:
+        to_checkpoint.pop(name, None)
+    return KeyMap(to_checkpoint, fused, tuple(unexpected))
+
+
+def _legacy(key: str) -> str:
+    if key.endswith(".gamma"):
+        return key[: -len("gamma")] + "weight"
+    if key.endswith(".beta"):
+        return key[: -len("beta")] + "bias"
+    return key
+
+
+def _rename(key: str, renamings) -> str:
+    for rename in renamings:
+        key = rename(key)
+    return key
+
+
+def _conversions(model):
+    """What transformers does to this model's checkpoint keys on load: renaming functions (key -> key)
+    and converters (key -> the model names it is fused into, or None when it does not apply)."""
+    renamings, converters = [], []
+    legacy_map = getattr(model, "_checkpoint_conversion_mapping", None) or {}
+    for pattern, replacement in legacy_map.items():
+        compiled = re.compile(pattern)
+        renamings.append(lambda k, c=compiled, r=replacement: c.sub(r, k))
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming
+    except ImportError:  # transformers 4.x: no weight conversions
+        return renamings, converters
+    try:
+        transforms = get_model_conversion_mapping(model)
+    except Exception:  # an internal API: never let it break an audit
+        return renamings, converters
+    for transform in transforms:
+        if isinstance(transform, WeightRenaming):
+            renamings.append(lambda k, t=transform: t.rename_source_key(k)[0])
+        elif isinstance(transform, WeightConverter):
+            def convert(key, t=transform):
+                renamed, matched = t.rename_source_key(key)
+                return list(_expand_targets(t, renamed)) if matched is not None else None
+
+            converters.append(convert)
+    return renamings, converters
+
+
+def _expand_targets(transform, renamed: str):
+    yield renamed
+    first = transform.target_patterns[0]
+    for pattern in transform.target_patterns[1:]:
+        yield renamed.replace(first, pattern)

@@ -1,0 +1,224 @@
+"""The checks, and the single place that decides what counts as broken.
+
+Each check is a small pure function: (the tensor as loaded, what it should be) -> a Finding or None.
+Statuses, float tolerances per dtype and which statuses fail an audit are defined here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+
+from .inventory import TensorEntry
+from .report import Finding, finite_or_none
+
+
+class Status(str, Enum):
+    OK = "ok"
+    UNINITIALIZED = "uninitialized"
+    MISMATCH = "mismatch"
+    ON_META = "on_meta"
+    OVERWRITTEN = "overwritten"
+    UNVERIFIABLE = "unverifiable"
+
+
+class Check(str, Enum):
+    NON_PERSISTENT_BUFFER = "non_persistent_buffer"
+    CHECKPOINT_FIDELITY = "checkpoint_fidelity"
+    MISSING_KEY = "missing_key"
+    META_LEFTOVER = "meta_leftover"
+
+
+FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})
+
+# (rtol, atol) for comparing a buffer with the value its code computes, by the loaded dtype: a couple of
+# units in the last place, so recomputing in another order or dtype passes and leftover memory does not.
+FLOAT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-5, 1e-6),
+    torch.float16: (2e-3, 1e-4),
+    torch.bfloat16: (1.6e-2, 1e-3),
+}
+_DEFAULT_TOLERANCE = (1.6e-2, 1e-3)  # float8 and other narrow types
+
+# A float magnitude no real weight or buffer has; leftover memory often does (1e37, 3e38).
+_ABSURD_MAGNITUDE = 1e30
+
+
+def is_failing(status: str | Status) -> bool:
+    return Status(status) in FAILING_STATUSES
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return FLOAT_TOLERANCES.get(dtype, _DEFAULT_TOLERANCE)
+
+
+def _finding(entry: TensorEntry, check: Check, status: Status, detail: str, diff: float | None = None) -> Finding:
+    return Finding(
+        tensor=entry.name,
+        kind=entry.kind,
+        check=check.value,
+        status=status.value,
+        dtype=str(entry.dtype).replace("torch.", ""),
+        shape=entry.shape,
+        device=str(entry.device),
+        detail=detail,
+        max_abs_diff=finite_or_none(diff),
+        persistent=entry.persistent,
+        alias_of=entry.alias_of,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Value helpers
+
+
+def garbage(tensor: torch.Tensor) -> str | None:
+    """Why ``tensor`` looks like uninitialized memory (NaN, infinities, INT_MAX, absurd magnitudes),
+    or None when nothing about its values alone says so."""
+    if tensor.numel() == 0 or tensor.dtype == torch.bool:
+        return None
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        values = tensor.detach()
+        nan = int(torch.isnan(values).sum())
+        if nan:
+            return f"{nan} of {values.numel()} values are NaN"
+        inf = int(torch.isinf(values).sum())
+        if inf:
+            return f"{inf} of {values.numel()} values are infinite"
+        absurd = int((values.abs() > _ABSURD_MAGNITUDE).sum())
+        if absurd:
+            return f"{absurd} of {values.numel()} values exceed {_ABSURD_MAGNITUDE:g} in magnitude"
+        return None
+    top = torch.iinfo(tensor.dtype).max
+    count = int((tensor == top).sum())
+    if count:
+        return f"{count} of {tensor.numel()} values are the integer maximum {top}"
+    return None
+
+
+def max_abs_diff(loaded: torch.Tensor, expected: torch.Tensor) -> float:
+    if loaded.dtype == torch.bool:
+        return float((loaded != expected).sum())
+    return float((loaded.double() - expected.double()).abs().max()) if loaded.numel() else 0.0
+
+
+def matches(loaded: torch.Tensor, expected: torch.Tensor) -> bool:
+    """``loaded`` equals ``expected`` (already in its dtype and device): exact for integers and bools,
+    within :data:`FLOAT_TOLERANCES` for floats; NaN only matches NaN."""
+    if loaded.shape != expected.shape:
+        return False
+    if torch.equal(loaded, expected):
+        return True
+    if not loaded.dtype.is_floating_point:
+        return False
+    rtol, atol = tolerance(loaded.dtype)
+    return bool(torch.isclose(loaded, expected, rtol=rtol, atol=atol, equal_nan=True).all())
+
+
+def _describe_difference(loaded: torch.Tensor, expected: torch.Tensor) -> tuple[Status, str]:
+    """Classify a buffer that differs from its reference: leftover memory, or a different value."""
+    reason = garbage(loaded)
+    if reason:
+        return Status.UNINITIALIZED, reason
+    if loaded.dtype == torch.bool:
+        if bool(loaded.all()) and not bool(expected.all()):
+            return Status.UNINITIALIZED, f"all {loaded.numel()} values are True; the code computes {int((~expected).sum())} False"
+        return Status.MISMATCH, f"{int((loaded != expected).sum())} of {loaded.numel()} values differ"
+    if not bool(loaded.any()) and bool(expected.any()):
+        return Status.UNINITIALIZED, "all values are zero; the code computes non-zero values"
+    differing = int((loaded != expected).sum())
+    return Status.MISMATCH, (
+        f"{differing} of {loaded.numel()} values differ from what the model's code computes "
+        "(leftover memory, or a value changed after loading)"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# The checks
+
+
+def check_meta_leftover(entry: TensorEntry, offloaded: bool) -> Finding | None:
+    """A tensor still on the meta device that accelerate did not offload on purpose."""
+    if not entry.on_meta:
+        return None
+    if offloaded:
+        return _finding(entry, Check.META_LEFTOVER, Status.UNVERIFIABLE, "offloaded by accelerate on purpose (loaded by its hooks at run time)")
+    return _finding(entry, Check.META_LEFTOVER, Status.ON_META, "still on the meta device: it has no value at all")
+
+
+def check_non_persistent_buffer(
+    entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None, unverifiable_reason: str | None
+) -> Finding | None:
+    """A non-persistent buffer (never in a checkpoint) against what the model's code computes."""
+    if reference is None:
+        reason = garbage(loaded)
+        if reason:
+            return _finding(entry, Check.NON_PERSISTENT_BUFFER, Status.UNINITIALIZED, f"{reason} (no reference: {unverifiable_reason})")
+        return _finding(entry, Check.NON_PERSISTENT_BUFFER, Status.UNVERIFIABLE, f"not compared: {unverifiable_reason}; no NaN/Inf found")
+    expected = reference.to(device=loaded.device, dtype=loaded.dtype)
+    if tuple(expected.shape) != tuple(loaded.shape):
+        return _finding(entry, Check.NON_PERSISTENT_BUFFER, Status.MISMATCH, f"shape {tuple(loaded.shape)}, the code computes {tuple(expected.shape)}")
+    if matches(loaded, expected):
+        return None
+    status, detail = _describe_difference(loaded, expected)
+    return _finding(entry, Check.NON_PERSISTENT_BUFFER, status, detail, max_abs_diff(loaded, expected))
+
+
+def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str) -> Finding | None:
+    """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality."""
+    if tuple(stored.shape) != tuple(loaded.shape):
+        return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.MISMATCH, f"shape {tuple(loaded.shape)}, checkpoint {key!r} has {tuple(stored.shape)}")
+    expected = stored.to(dtype=loaded.dtype) if stored.dtype != loaded.dtype else stored
+    if loaded.device.type != "cpu":
+        expected = expected.to(loaded.device)
+    if torch.equal(loaded, expected):
+        return None
+    if loaded.dtype.is_floating_point and bool((torch.isnan(loaded) == torch.isnan(expected)).all()) and torch.equal(
+        torch.nan_to_num(loaded), torch.nan_to_num(expected)
+    ):
+        return None  # the checkpoint itself holds NaN in the same places
+    diff = max_abs_diff(loaded, expected)
+    reason = garbage(loaded)
+    if reason and not garbage(expected):
+        return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.UNINITIALIZED, f"{reason}; checkpoint {key!r} holds real values", diff)
+    differing = int((loaded != expected).sum())
+    return _finding(
+        entry,
+        Check.CHECKPOINT_FIDELITY,
+        Status.OVERWRITTEN,
+        f"{differing} of {loaded.numel()} values differ from checkpoint {key!r}: overwritten after loading",
+        diff,
+    )
+
+
+def check_fused(entry: TensorEntry, key: str) -> Finding:
+    """A state-dict tensor transformers builds from several checkpoint keys: not comparable one to one."""
+    return _finding(
+        entry,
+        Check.CHECKPOINT_FIDELITY,
+        Status.UNVERIFIABLE,
+        f"built by transformers from several checkpoint keys (e.g. {key!r}): not compared",
+    )
+
+
+def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None) -> Finding:
+    """A state-dict tensor the checkpoint does not hold: initialized by code, not loaded."""
+    if reference is not None:
+        expected = reference.to(device=loaded.device, dtype=loaded.dtype)
+        if expected.shape == loaded.shape and matches(loaded, expected):
+            return _finding(entry, Check.MISSING_KEY, Status.UNVERIFIABLE, "not in the checkpoint; equals what the model's code computes")
+        if expected.shape == loaded.shape:
+            status, detail = _describe_difference(loaded, expected)
+            return _finding(entry, Check.MISSING_KEY, status, f"not in the checkpoint; {detail}", max_abs_diff(loaded, expected))
+    reason = garbage(loaded)
+    if reason:
+        return _finding(entry, Check.MISSING_KEY, Status.UNINITIALIZED, f"not in the checkpoint and never initialized: {reason}")
+    return _finding(
+        entry,
+        Check.MISSING_KEY,
+        Status.UNVERIFIABLE,
+        "initialized by code, not loaded: not in the checkpoint; no NaN/Inf/INT_MAX found "
+        "(load under loadguard.poison() so leftover memory cannot pass for a value)",
+    )

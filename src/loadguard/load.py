@@ -1,0 +1,93 @@
+"""``load``: from_pretrained, audit, and apply a policy, in one call."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from typing import Any
+
+from . import _hf
+from .audit import audit
+from .errors import BrokenModelError, InvalidOptionError
+from .poison import poison as poison_context
+from .repair import repair
+from .report import AuditReport
+
+POLICIES = ("repair", "raise", "warn")
+
+
+class LoadguardWarning(UserWarning):
+    """Issued by ``load(on_problem="warn")`` when a model loaded broken."""
+
+
+def describe_failures(report: AuditReport, limit: int = 8) -> str:
+    """One line listing the failing tensors and how each is wrong."""
+    failures = report.failures
+    listed = ", ".join(f"{f.tensor} ({f.status})" for f in failures[:limit])
+    more = f" and {len(failures) - limit} more" if len(failures) > limit else ""
+    return f"{len(failures)} tensor(s) of {report.model} are not what its code and checkpoint define: {listed}{more}"
+
+
+def load(
+    model_class: Any,
+    path: str | os.PathLike,
+    *,
+    on_problem: str = "repair",
+    poison: bool = False,
+    checkpoint: Any = None,
+    **from_pretrained_kwargs: Any,
+):
+    """Load with ``from_pretrained``, audit, and apply ``on_problem``. The model carries its report.
+
+    Args:
+        model_class: an auto class or model class (``AutoModelForCausalLM``) or its name as a string.
+        path: what ``from_pretrained`` takes.
+        on_problem: ``"repair"`` (repair in memory; raise :class:`BrokenModelError` if anything stays
+            broken), ``"raise"`` (raise :class:`BrokenModelError` listing the bad tensors) or ``"warn"``
+            (issue a :class:`LoadguardWarning` and return the model as loaded).
+        poison: load inside :func:`loadguard.poison` so leftover memory is NaN / INT_MAX, never a
+            plausible value (slower: every allocation is written).
+        checkpoint: where to read the checkpoint for the fidelity check (default: ``path`` when local).
+        **from_pretrained_kwargs: passed to ``from_pretrained`` (``dtype=``, ``trust_remote_code=``, ...).
+
+    The returned model has ``model.loadguard_report`` (the audit of the load) and
+    ``model.loadguard_repair`` (the :class:`RepairResult`, or None when nothing was repaired).
+
+    Example::
+
+        model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True)
+        model.loadguard_report.ok        # False if the load was broken (it has been repaired since)
+    """
+    if on_problem not in POLICIES:
+        raise InvalidOptionError(f"on_problem={on_problem!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
+    if "dtype" in from_pretrained_kwargs:
+        from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
+    config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
+    cls = _hf.resolve_class(model_class, config)
+    with poison_context() if poison else contextlib.nullcontext():
+        model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+    report = audit(model, checkpoint)
+    model.loadguard_report = report
+    model.loadguard_repair = None
+    if report.ok:
+        return model
+    message = describe_failures(report)
+    if on_problem == "raise":
+        raise BrokenModelError(report, message, _hint(report))
+    if on_problem == "warn":
+        warnings.warn(LoadguardWarning(f"{message}. {_hint(report)}"), stacklevel=2)
+        return model
+    result = repair(model, report)
+    model.loadguard_repair = result
+    if not result.ok:
+        left = ", ".join(f"{u.tensor}: {u.reason}" for u in result.unrepaired) or describe_failures(result.after)
+        raise BrokenModelError(report, f"{message}; repair left it broken ({left})", "fix the model's _init_weights or its checkpoint")
+    return model
+
+
+def _hint(report: AuditReport) -> str:
+    return (
+        "repair it in memory with loadguard.repair(model, report) (or load(..., on_problem='repair')); "
+        "the lasting fix is an _init_weights branch that rebuilds these tensors"
+    )

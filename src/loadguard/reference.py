@@ -1,0 +1,178 @@
+"""The reference: what a model's own code computes for its buffers, built without loading anything.
+
+The model's class is constructed from its config with parameters on the meta device and buffers real
+(``accelerate.init_empty_weights(include_buffers=False)``): the buffers come out exactly as ``__init__``
+and ``post_init`` compute them, at the cost of building the buffers only. It is built once per
+(class, config, dtype) and cached; it never wraps a load.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .errors import ReferenceBuildError
+from .inventory import Inventory
+
+_CACHE_SIZE = 4
+_cache: OrderedDict[tuple, Reference] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Reference values of a model's buffers.
+
+    ``values`` maps every buffer name (aliases included) to the value the model's code computes, on
+    CPU in the dtype the code produced. ``unverifiable`` maps buffer names that have no trustworthy
+    reference to the reason. ``aliases`` maps each name to the first name of the same tensor in the
+    freshly built model (names that should share one tensor).
+    """
+
+    model_class: str
+    values: dict[str, torch.Tensor] = field(repr=False)
+    unverifiable: dict[str, str]
+    aliases: dict[str, str]
+    seconds: float = 0.0
+
+    def group(self, name: str) -> list[str]:
+        """Every name that shares ``name``'s tensor in a correctly built model, itself included."""
+        canonical = self.aliases.get(name, name)
+        return [n for n, c in self.aliases.items() if c == canonical] or [name]
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    try:
+        if dtype is not None and dtype.is_floating_point:
+            torch.set_default_dtype(dtype)
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _construct(model_class: type, config) -> nn.Module:
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        return model_class(copy.deepcopy(config))
+
+
+def _buffers(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    inventory = Inventory(module)
+    values, aliases = {}, {}
+    for entry in inventory:
+        if entry.kind != "buffer":
+            continue
+        values[entry.name] = inventory.tensor(entry.name)
+        aliases[entry.name] = entry.alias_of or entry.name
+    return values, aliases
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype ``from_pretrained`` constructed the model in: that of its floating-point parameters."""
+    config_dtype = getattr(getattr(model, "config", None), "dtype", None) or getattr(
+        getattr(model, "config", None), "torch_dtype", None
+    )
+    if isinstance(config_dtype, torch.dtype):
+        return config_dtype
+    for parameter in model.parameters():
+        if parameter.dtype.is_floating_point:
+            return parameter.dtype
+    return None
+
+
+def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: bool = True) -> Reference:
+    """Build (or take from the cache) the reference of ``model``'s buffers.
+
+    Constructs ``type(model)(model.config)`` with parameters on meta and buffers real, under the
+    model's floating dtype as default dtype, exactly as ``from_pretrained`` constructs it. With
+    ``detect_random`` it builds twice under different seeds: buffers that differ are drawn from random
+    numbers and marked unverifiable. The caller's RNG state is left untouched.
+
+    Raises :class:`loadguard.errors.ReferenceBuildError` if the class cannot be constructed.
+
+    Example::
+
+        ref = build_reference(model)
+        ref.values["resampler.pos_embed"]     # what __init__ computed
+        ref.unverifiable                        # {"name": "why it cannot be checked"}
+    """
+    import time
+
+    config = getattr(model, "config", None)
+    model_class = type(model)
+    if config is None:
+        raise ReferenceBuildError(
+            f"{model_class.__name__} has no .config, so its reference cannot be built",
+            "pass reference=None to audit without it, or audit a transformers PreTrainedModel",
+        )
+    dtype = _model_dtype(model)
+    key = (model_class, config.to_json_string(use_diff=False), dtype, detect_random)
+    if use_cache:
+        with _cache_lock:
+            if key in _cache:
+                _cache.move_to_end(key)
+                return _cache[key]
+    start = time.perf_counter()
+    try:
+        with torch.random.fork_rng(devices=[]), _default_dtype(dtype):
+            torch.manual_seed(0x10AD)
+            first = _construct(model_class, config)
+            values, aliases = _buffers(first)
+            second_values: dict[str, torch.Tensor] = {}
+            if detect_random and values:
+                torch.manual_seed(0x6A4D)
+                second_values, _ = _buffers(_construct(model_class, config))
+    except Exception as error:  # the model's own code failed: say so, with its exception
+        raise ReferenceBuildError(
+            f"building the reference of {model_class.__name__} from its config failed: "
+            f"{type(error).__name__}: {error}",
+            "the model's constructor must run from its config alone; audit with reference=None to run "
+            "the checks that do not need it",
+        ) from error
+    unverifiable: dict[str, str] = {}
+    kept: dict[str, torch.Tensor] = {}
+    for name, value in values.items():
+        if value.device.type == "meta":
+            unverifiable[name] = "its value is derived from parameters (meta in the reference build)"
+        elif name in second_values and not _same(value, second_values[name]):
+            unverifiable[name] = "its value is drawn from random numbers (differs between two builds)"
+        else:
+            kept[name] = value.detach()
+    reference = Reference(
+        model_class=f"{model_class.__module__}.{model_class.__qualname__}",
+        values=kept,
+        unverifiable=unverifiable,
+        aliases=aliases,
+        seconds=time.perf_counter() - start,
+    )
+    if use_cache:
+        with _cache_lock:
+            _cache[key] = reference
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    return reference
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values (NaN equal to NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return a.dtype.is_floating_point and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def clear_cache() -> None:
+    """Forget every cached reference (frees their buffer memory)."""
+    with _cache_lock:
+        _cache.clear()

@@ -1,0 +1,182 @@
+"""The results: findings, audit reports and repair results. Frozen data that serializes to JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One tensor that is not (or cannot be shown to be) what the model's code and checkpoint define.
+
+    ``max_abs_diff`` is ``None`` when no comparison was possible or the difference is not finite.
+    """
+
+    tensor: str
+    kind: str  # "parameter" | "buffer"
+    check: str  # a Check value
+    status: str  # a Status value
+    dtype: str
+    shape: tuple[int, ...]
+    device: str
+    detail: str
+    max_abs_diff: float | None = None
+    persistent: bool = True
+    alias_of: str | None = None
+
+    @property
+    def failing(self) -> bool:
+        from .checks import is_failing  # statuses and what fails are decided in checks.py
+
+        return is_failing(self.status)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tensor": self.tensor,
+            "kind": self.kind,
+            "check": self.check,
+            "status": self.status,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "device": self.device,
+            "persistent": self.persistent,
+            "alias_of": self.alias_of,
+            "max_abs_diff": self.max_abs_diff,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """How one check went: how many tensors it looked at and what it found, or why it did not run."""
+
+    check: str
+    ran: bool
+    checked: int = 0
+    failed: int = 0
+    unverifiable: int = 0
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "ran": self.ran,
+            "checked": self.checked,
+            "failed": self.failed,
+            "unverifiable": self.unverifiable,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What ``loadguard.audit`` found.
+
+    ``ok`` is False when any finding has a failing status (uninitialized, mismatch, on_meta,
+    overwritten); unverifiable findings are reported but do not fail.
+
+    Example::
+
+        report = loadguard.audit(model)
+        if not report.ok:
+            for f in report.failures:
+                print(f.tensor, f.status, f.detail)
+        print(report.to_json())
+    """
+
+    model: str
+    model_class: str
+    checkpoint: str | None
+    findings: tuple[Finding, ...]
+    checks: tuple[CheckSummary, ...]
+    unexpected_checkpoint_keys: tuple[str, ...] = ()
+    versions: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    _context: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.failing for f in self.findings)
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.failing)
+
+    def summary(self, check: str) -> CheckSummary:
+        """The summary of one check, by name (e.g. ``"non_persistent_buffer"``)."""
+        name = getattr(check, "value", check)
+        return next(s for s in self.checks if s.check == name)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per check: how many findings of each status."""
+        out: dict[str, dict[str, int]] = {}
+        for finding in self.findings:
+            out.setdefault(finding.check, {}).setdefault(finding.status, 0)
+            out[finding.check][finding.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_class": self.model_class,
+            "checkpoint": self.checkpoint,
+            "ok": self.ok,
+            "findings": [f.to_dict() for f in self.findings],
+            "checks": [s.to_dict() for s in self.checks],
+            "counts": self.counts(),
+            "unexpected_checkpoint_keys": list(self.unexpected_checkpoint_keys),
+            "versions": dict(self.versions),
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class Unrepaired:
+    tensor: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"tensor": self.tensor, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """What ``loadguard.repair`` changed and whether the model now audits clean.
+
+    ``before`` is the report that was repaired, ``after`` the re-audit; ``unrepaired`` lists the failing
+    tensors no value could be found for, with the reason.
+    """
+
+    repaired: tuple[str, ...]
+    unrepaired: tuple[Unrepaired, ...]
+    before: AuditReport
+    after: AuditReport
+
+    @property
+    def ok(self) -> bool:
+        return self.after.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repaired": list(self.repaired),
+            "unrepaired": [u.to_dict() for u in self.unrepaired],
+            "ok": self.ok,
+            "after": self.after.to_dict(),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN or infinity: such differences are reported as None (the detail says why)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
