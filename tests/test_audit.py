@@ -1,0 +1,182 @@
+"""audit() on every zoo model, on native models and on a real checkpoint; bad input; immutability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import loadguard
+from loadguard import zoo
+from loadguard.errors import CheckpointError
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION, load
+
+BROKEN = [e.name for e in zoo.entries() if e.failure_mode]
+CLEAN = [e.name for e in zoo.entries() if not e.failure_mode]
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
+
+
+def expected(name):
+    entry = zoo.get(name)
+    layers = zoo.build_model(name).config.num_hidden_layers
+    return {f.tensor: f.status for f in entry.expected_for(layers)}
+
+
+@needs_v5
+@pytest.mark.parametrize("name", BROKEN)
+def test_finds_exactly_each_failure(zoo_folder, name):
+    with loadguard.poison():
+        model = load(zoo_folder(name))
+    report = loadguard.audit(model)
+    assert not report.ok
+    assert {f.tensor: f.status for f in report.failures} == expected(name)
+    assert all(f.kind in ("parameter", "buffer") and f.detail for f in report.failures)
+
+
+@needs_v5
+def test_check_names_and_counts(zoo_folder):
+    with loadguard.poison():
+        report = loadguard.audit(load(zoo_folder("shared_buffer")))
+    by_tensor = {f.tensor: f for f in report.findings}
+    assert by_tensor["layers.0.attn.causal_mask"].check == "non_persistent_buffer"
+    assert by_tensor["layers.1.attn.causal_mask"].check == "meta_leftover"
+    assert report.summary("non_persistent_buffer").failed == 3
+    assert report.counts()["meta_leftover"] == {"on_meta": 1}
+    with loadguard.poison():
+        report = loadguard.audit(load(zoo_folder("overwritten")))
+    assert report.failures[0].check == "checkpoint_fidelity" and report.failures[0].max_abs_diff > 0
+    with loadguard.poison():
+        report = loadguard.audit(load(zoo_folder("missing_key")))
+    assert report.failures[0].check == "missing_key" and report.summary("missing_key").checked == 1
+
+
+@pytest.mark.parametrize("name", CLEAN)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_clean_models_audit_clean(zoo_folder, name, dtype):
+    with loadguard.poison():
+        model = load(zoo_folder(name), dtype=dtype)
+    report = loadguard.audit(model)
+    assert report.ok and report.findings == ()
+    assert all(s.ran for s in report.checks)
+    assert report.summary("checkpoint_fidelity").checked == len(model.state_dict())
+
+
+@needs_v5
+@pytest.mark.parametrize("name", ["minicpmv_like", "overwritten"])
+def test_broken_models_found_in_bfloat16(zoo_folder, name):
+    with loadguard.poison():
+        model = load(zoo_folder(name), dtype=torch.bfloat16)
+    assert {f.tensor for f in loadguard.audit(model).failures} == set(expected(name))
+
+
+@pytest.mark.parametrize("native", ["llama", "bert", "clip", "llava"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_round_trips_audit_clean(native_folders, native, dtype):
+    folder, auto = native_folders[native]
+    with loadguard.poison():
+        model = getattr(transformers, auto).from_pretrained(folder, dtype=dtype)
+    report = loadguard.audit(model)
+    assert report.ok, [(f.tensor, f.detail) for f in report.failures]
+    assert report.summary("non_persistent_buffer").checked >= 1
+    assert report.summary("checkpoint_fidelity").checked == len(model.state_dict())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_real_minilm_checkpoint_has_no_false_positive(minilm_folder, dtype):
+    with loadguard.poison():
+        model = transformers.AutoModel.from_pretrained(minilm_folder, dtype=dtype)
+    report = loadguard.audit(model)
+    assert report.ok and report.findings == ()
+    assert report.summary("checkpoint_fidelity").checked == len(model.state_dict()) == 103
+    # the checkpoint still carries the old persistent position_ids, which transformers ignores
+    assert report.unexpected_checkpoint_keys == ("embeddings.position_ids",)
+
+
+def test_a_weight_changed_after_loading_is_overwritten(minilm_folder):
+    model = transformers.AutoModel.from_pretrained(minilm_folder)
+    with torch.no_grad():
+        model.encoder.layer[3].attention.self.query.weight[0, 0] += 0.25
+    (finding,) = loadguard.audit(model).failures
+    assert finding.tensor == "encoder.layer.3.attention.self.query.weight"
+    assert finding.status == "overwritten" and abs(finding.max_abs_diff - 0.25) < 1e-6
+
+
+def test_checkpoint_is_found_from_name_or_path_or_given(zoo_folder, tmp_path):
+    folder = zoo_folder("clean")
+    model = load(folder)
+    assert loadguard.audit(model).checkpoint == str(folder)
+    assert loadguard.audit(model, folder / "model.safetensors").summary("checkpoint_fidelity").ran
+    skipped = loadguard.audit(model, False)
+    assert not skipped.summary("checkpoint_fidelity").ran and "checkpoint=False" in skipped.summary("checkpoint_fidelity").reason
+    model.config._name_or_path = "someone/remote-model"
+    assert not loadguard.audit(model).summary("missing_key").ran
+    with pytest.raises(CheckpointError):
+        loadguard.audit(model, tmp_path / "missing")
+
+
+@needs_v5
+def test_audit_without_reference_still_runs_the_other_checks(zoo_folder):
+    with loadguard.poison():
+        model = load(zoo_folder("np_buffer"))
+    report = loadguard.audit(model, reference=None)
+    summary = report.summary("non_persistent_buffer")
+    assert "reference" in summary.reason
+    assert {f.tensor for f in report.failures} == {"positions.table", "positions.index"}  # NaN / INT_MAX
+    assert report.summary("checkpoint_fidelity").ran
+
+
+@needs_v5
+def test_reference_build_failure_is_reported_not_raised(zoo_folder):
+    with loadguard.poison():
+        model = load(zoo_folder("minicpmv_like"))
+    model.config.resampler_max_size = "not a size"  # the constructor now fails
+    report = loadguard.audit(model)
+    summary = report.summary("non_persistent_buffer")
+    assert "building the reference of LgMiniCPMV from its config failed" in summary.reason
+    assert [f.tensor for f in report.failures] == ["resampler.pos_embed"]  # still NaN
+    assert report.summary("checkpoint_fidelity").ran and report.summary("checkpoint_fidelity").failed == 0
+
+
+def test_report_json_is_stable(zoo_folder):
+    import json
+
+    with loadguard.poison():
+        report = loadguard.audit(load(zoo_folder("minicpmv_like")))
+    document = json.loads(report.to_json())
+    assert {"model", "ok", "findings", "checks", "counts", "versions"} <= set(document)
+    if IS_V5:
+        (finding,) = document["findings"]
+        assert finding["tensor"] == "resampler.pos_embed" and finding["kind"] == "buffer"
+        assert finding["check"] == "non_persistent_buffer" and finding["status"] == "uninitialized"
+        assert finding["shape"] == [70, 70, 32] and finding["dtype"] == "float32"
+
+
+def snapshot(model):
+    named = dict(model.named_parameters(remove_duplicate=False))
+    named.update(model.named_buffers(remove_duplicate=False))
+    return {k: (v, v.clone() if v.device.type != "meta" else None) for k, v in named.items()}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from([e.name for e in zoo.entries()]), poisoned=st.booleans(), bf16=st.booleans())
+def test_audit_never_changes_the_model(zoo_folder, name, poisoned, bf16):
+    kwargs = {"dtype": torch.bfloat16} if bf16 else {}
+    if poisoned:
+        with loadguard.poison():
+            model = load(zoo_folder(name), **kwargs)
+    else:
+        model = load(zoo_folder(name), **kwargs)
+    before = snapshot(model)
+    rng = torch.random.get_rng_state()
+    loadguard.audit(model)
+    after = snapshot(model)
+    assert before.keys() == after.keys()
+    for key, (tensor, values) in before.items():
+        assert after[key][0] is tensor, key
+        if values is not None:
+            same_nan = torch.equal(tensor.isnan(), values.isnan()) if tensor.is_floating_point() else True
+            assert same_nan and torch.equal(torch.nan_to_num(tensor), torch.nan_to_num(values)), key
+    assert torch.equal(rng, torch.random.get_rng_state())

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+import loadguard
+from loadguard.errors import BrokenModelError, InvalidOptionError, ModelNotFoundError, RemoteCodeNotTrustedError
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
+
+
+@needs_v5
+def test_repair_policy_returns_a_repaired_model_with_its_report(zoo_folder):
+    model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True)
+    assert not model.loadguard_report.ok
+    assert model.loadguard_repair.ok and model.loadguard_repair.repaired == ("resampler.pos_embed",)
+    assert not torch.isnan(model.resampler.pos_embed).any()
+
+
+@needs_v5
+def test_raise_policy_lists_the_bad_tensors(zoo_folder):
+    with pytest.raises(BrokenModelError) as info:
+        loadguard.load("AutoModelForCausalLM", zoo_folder("np_buffer"), trust_remote_code=True, poison=True, on_problem="raise")
+    assert "positions.table (uninitialized)" in str(info.value)
+    assert "_init_weights" in info.value.hint
+    assert not info.value.report.ok
+
+
+@needs_v5
+def test_warn_policy_returns_the_model_as_loaded(zoo_folder):
+    with pytest.warns(loadguard.LoadguardWarning, match="resampler.pos_embed"):
+        model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, on_problem="warn")
+    assert torch.isnan(model.resampler.pos_embed).all()
+
+
+@needs_v5
+def test_repair_policy_raises_when_something_stays_broken(zoo_folder):
+    with pytest.raises(BrokenModelError, match="repair left it broken.*logit_scale"):
+        loadguard.load("AutoModelForCausalLM", zoo_folder("missing_key"), trust_remote_code=True, poison=True)
+
+
+def test_clean_model_loads_with_an_ok_report(zoo_folder):
+    from transformers import AutoModelForCausalLM
+
+    model = loadguard.load(AutoModelForCausalLM, zoo_folder("clean"), trust_remote_code=True, dtype="bfloat16")
+    assert model.loadguard_report.ok and model.loadguard_repair is None
+    assert model.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_bad_arguments_are_typed_errors(zoo_folder, tmp_path):
+    with pytest.raises(InvalidOptionError, match="not a policy"):
+        loadguard.load("AutoModel", zoo_folder("clean"), on_problem="ignore")
+    with pytest.raises(RemoteCodeNotTrustedError, match="configuration_lgtoy.py, modeling_lgtoy.py"):
+        loadguard.load("AutoModel", zoo_folder("clean"))
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        loadguard.load("AutoModel", tmp_path / "nowhere")
+    with pytest.raises(InvalidOptionError, match="not a dtype"):
+        loadguard.load("AutoModel", zoo_folder("clean"), trust_remote_code=True, dtype="float8")
