@@ -93,7 +93,8 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
         return cls
     auto_map = config.get("auto_map") or {}
     architectures = config.get("architectures") or []
-    model_keys = [k for k in auto_map if k.startswith("AutoModel")]
+    # the most specific auto class first: AutoModelForCausalLM before AutoModel
+    model_keys = sorted((k for k in auto_map if k.startswith("AutoModel")), key=lambda k: k == "AutoModel")
     for key in model_keys:  # the auto class whose target is the architecture the config names
         target = auto_map[key] if isinstance(auto_map[key], str) else auto_map[key][0]
         if architectures and target.endswith("." + architectures[0]):
@@ -123,7 +124,7 @@ def translate(error: Exception, path: Any) -> LoadguardError:
         filename, line = frame
         return RemoteCodeImportError(
             f"the model's own code failed in {filename}, line {line}: {type(error).__name__}: {text}",
-            "fix the model code, or apply a loadguard workaround for it",
+            "fix the model's code at that line, or pin the torch/transformers versions it was written for",
         )
     if "does not recognize this architecture" in text or "Unrecognized model" in text or "model type" in text and "not" in text:
         return ModelConfigError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,24 +17,58 @@ from ..errors import FolderNotEmptyError, InvalidOptionError
 from ._entries import ZooEntry, get
 from ._tokenizer import SPECIAL_TOKENS, write_tokenizer
 
-# family -> (config class, model class, image processor class or None, processor class or None)
+
+
+@dataclass(frozen=True)
+class _Family:
+    """Where a family's code lives and which classes it names."""
+
+    package: str  # templates sub-package whose modeling code is built in memory
+    config_class: str
+    model_class: str
+    remote_model: str  # what config.json's auto_map names: "modeling_x.Class"
+    code: tuple[str, ...]  # template sub-packages whose files are written into the folder
+    image_processor: str | None = None
+    processor: str | None = None
+    model_type: str | None = None  # a model type of its own on top of ``package``'s configuration
+
+    @property
+    def config_module(self) -> str:
+        return f"configuration_{self.model_type or self.package}"
+
+
 _FAMILIES = {
-    "lgtoy": ("LgToyConfig", "LgToyForCausalLM", None, None),
-    "lgminicpmv": ("LgMiniCPMVConfig", "LgMiniCPMV", "LgMiniCPMVImageProcessor", "LgMiniCPMVProcessor"),
+    "lgtoy": _Family("lgtoy", "LgToyConfig", "LgToyForCausalLM", "modeling_lgtoy.LgToyForCausalLM", ("lgtoy",)),
+    "lgminicpmv": _Family(
+        "lgminicpmv",
+        "LgMiniCPMVConfig",
+        "LgMiniCPMV",
+        "modeling_lgminicpmv.LgMiniCPMV",
+        ("lgminicpmv",),
+        image_processor="LgMiniCPMVImageProcessor",
+        processor="LgMiniCPMVProcessor",
+    ),
+    # the toy model behind a module that fails to import: its weights are the toy's
+    "lgtyping": _Family(
+        "lgtoy",
+        "LgTypingConfig",
+        "LgToyForCausalLM",
+        "modeling_lgtyping.LgTypingForCausalLM",
+        ("lgtoy", "lgtyping"),
+        model_type="lgtyping",
+    ),
 }
 # Seed 26 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.1) on its demo prompts,
 # all of which change when pos_embed is corrupted (zeros, noise, 1e37, NaN).
 _DEFAULT_SEED = 26
 
 
-def _template_module(family: str, stem: str):
-    return importlib.import_module(f"loadguard.zoo.templates.{family}.{stem}_{family}")
-
-
-def _classes(family: str):
-    config_name, model_name, _, _ = _FAMILIES[family]
-    config_cls = getattr(_template_module(family, "configuration"), config_name)
-    model_cls = getattr(_template_module(family, "modeling"), model_name)
+def _classes(family_name: str):
+    family = _FAMILIES[family_name]
+    package = f"loadguard.zoo.templates.{family.package}"
+    configuration = importlib.import_module(f"{package}.configuration_{family.package}")
+    config_cls = next(v for v in vars(configuration).values() if isinstance(v, type) and getattr(v, "model_type", None) == family.package)
+    model_cls = getattr(importlib.import_module(f"{package}.modeling_{family.package}"), family.model_class)
     return config_cls, model_cls
 
 
@@ -127,11 +162,11 @@ def _save_weights(folder: Path, tensors: dict[str, torch.Tensor], shards: int) -
     (folder / "model.safetensors.index.json").write_text(json.dumps(index_doc, indent=2) + "\n")
 
 
-def _write_code(folder: Path, family: str) -> None:
-    source = resources.files(f"loadguard.zoo.templates.{family}")
-    for item in source.iterdir():
-        if item.name.endswith(f"_{family}.py"):
-            (folder / item.name).write_text(item.read_text())
+def _write_code(folder: Path, family: _Family) -> None:
+    for package in family.code:
+        for item in resources.files(f"loadguard.zoo.templates.{package}").iterdir():
+            if item.name.endswith(f"_{package}.py"):
+                (folder / item.name).write_text(item.read_text())
 
 
 def _write_json(path: Path, document: dict) -> None:
@@ -152,18 +187,21 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
         raise FolderNotEmptyError(str(folder))
     model = build_model(name, seed=seed, **config_overrides)
     config = model.config
-    config_name, model_name, image_processor_name, processor_name = _FAMILIES[entry.family]
-    family = entry.family
+    family = _FAMILIES[entry.family]
     folder.mkdir(parents=True, exist_ok=True)
     try:
         _write_code(folder, family)
-        config.architectures = [model_name]
+        config.architectures = [family.remote_model.split(".")[1]]
         config.auto_map = {
-            "AutoConfig": f"configuration_{family}.{config_name}",
-            "AutoModel": f"modeling_{family}.{model_name}",
-            "AutoModelForCausalLM": f"modeling_{family}.{model_name}",
+            "AutoConfig": f"{family.config_module}.{family.config_class}",
+            "AutoModel": family.remote_model,
+            "AutoModelForCausalLM": family.remote_model,
         }
         config.save_pretrained(str(folder))
+        if family.model_type:  # the configuration file written declares its own model type
+            document = json.loads((folder / "config.json").read_text())
+            document["model_type"] = family.model_type
+            _write_json(folder / "config.json", document)
         _save_weights(folder, _checkpoint_tensors(entry, model), entry.shards)
         write_tokenizer(folder, config.vocab_size)
         specials = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
@@ -177,24 +215,24 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
                 "use_cache": False,
             },
         )
-        if image_processor_name:
+        if family.image_processor:
             auto_map = {
-                "AutoImageProcessor": f"image_processing_{family}.{image_processor_name}",
-                "AutoProcessor": f"processing_{family}.{processor_name}",
+                "AutoImageProcessor": f"image_processing_{family.package}.{family.image_processor}",
+                "AutoProcessor": f"processing_{family.package}.{family.processor}",
             }
             _write_json(
                 folder / "preprocessor_config.json",
                 {
                     "auto_map": auto_map,
-                    "image_processor_type": image_processor_name,
-                    "processor_class": processor_name,
+                    "image_processor_type": family.image_processor,
+                    "processor_class": family.processor,
                     "patch_size": config.patch_size,
                     "max_grid": 16,
                 },
             )
             _write_json(
                 folder / "processor_config.json",
-                {"auto_map": auto_map, "processor_class": processor_name, "query_num": config.query_num},
+                {"auto_map": auto_map, "processor_class": family.processor, "query_num": config.query_num},
             )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

@@ -31,6 +31,8 @@ class ZooEntry:
     prompts: tuple[str, ...] = ("describe what you see .",)
     image_sizes: tuple[tuple[int, int], ...] = ()
     """(width, height) of the demo images each prompt's ``<image>`` placeholders take, in order."""
+    load_error: str | None = None
+    """The exception a plain ``from_pretrained`` of this entry raises (its code fails to import)."""
 
     @property
     def takes_images(self) -> bool:
@@ -141,6 +143,13 @@ ENTRIES: dict[str, ZooEntry] = {
             config={"scaled_lm_head": True, "unguarded_init": True, "rebuild_buffers_in_init": True},
             expected=(ExpectedFinding("lm_head.weight", "overwritten"),),
             shards=3,
+        ),
+        ZooEntry(
+            "typing_alias",
+            "lgtyping",
+            "remote code that relies on typing.List leaking from `from torch.nn.functional import *`: "
+            "fails to import on current torch",
+            load_error="NameError: name 'List' is not defined",
         ),
         ZooEntry(
             "clean",

@@ -1,0 +1,73 @@
+"""The ``loadguard`` command line. One module per command group; data on stdout, messages on stderr.
+
+Exit codes: 0 clean, 1 findings, 2 could not run. ``LOADGUARD_DEBUG=1`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from ..errors import LoadguardError
+from ._common import ExitCode, stderr
+
+
+class _LazyGroup(click.Group):
+    """Imports a command's module only when that command runs, so ``loadguard env`` works even when an
+    optional dependency of another command is missing."""
+
+    _commands = {
+        "audit": ("audit", "audit"),
+        "demo": ("demo", "demo"),
+        "env": ("env", "env"),
+        "zoo": ("zoo", "zoo"),
+    }
+
+    def list_commands(self, ctx):
+        return sorted(self._commands)
+
+    def get_command(self, ctx, name):
+        if name not in self._commands:
+            return None
+        module_name, attribute = self._commands[name]
+        module = __import__(f"{__name__}.{module_name}", fromlist=[attribute])
+        return getattr(module, attribute)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="loadguard")
+def cli() -> None:
+    """Prove a model came out of loading exactly as its checkpoint and its code define it."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
+    try:
+        code = cli.main(args=argv, prog_name="loadguard", standalone_mode=False)
+    except LoadguardError as error:
+        if debug:
+            traceback.print_exc()
+        stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
+        if error.hint:
+            stderr().print(f"[bold]Hint:[/] {error.hint}", highlight=False)
+        sys.exit(ExitCode.COULD_NOT_RUN)
+    except click.exceptions.Abort:
+        stderr().print("[bold red]Error:[/] aborted", highlight=False)
+        sys.exit(ExitCode.COULD_NOT_RUN)
+    except click.ClickException as error:
+        if debug:
+            traceback.print_exc()
+        stderr().print(f"[bold red]Error:[/] {error.format_message()}", highlight=False)
+        command = error.ctx.command_path if getattr(error, "ctx", None) else "loadguard"
+        stderr().print(f"[bold]Hint:[/] run '{command} --help' for the options", highlight=False)
+        sys.exit(ExitCode.COULD_NOT_RUN)
+    except Exception as error:  # never a bare traceback
+        if debug:
+            traceback.print_exc()
+        stderr().print(f"[bold red]Error:[/] unexpected {type(error).__name__}: {error}", highlight=False)
+        stderr().print("[bold]Hint:[/] set LOADGUARD_DEBUG=1 to see the traceback, and report it", highlight=False)
+        sys.exit(ExitCode.COULD_NOT_RUN)
+    sys.exit(code if isinstance(code, int) else ExitCode.CLEAN)

@@ -1,0 +1,110 @@
+"""What the commands share: consoles, exit codes, the loading options and the load itself."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+from enum import IntEnum
+from typing import Any
+
+import click
+from rich.console import Console
+
+
+class ExitCode(IntEnum):
+    CLEAN = 0
+    FINDINGS = 1
+    COULD_NOT_RUN = 2
+
+
+@functools.cache
+def stdout() -> Console:
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:  # logs and pipes: wide enough that tables keep one row per line
+        console = Console(soft_wrap=False, width=120)
+    return console
+
+
+@functools.cache
+def stderr() -> Console:
+    return Console(stderr=True, soft_wrap=True)
+
+
+def quiet_transformers() -> None:
+    """Our output, not transformers' progress bars and load reports."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def progress(message: str, after: float = 1.0):
+    """A spinner on stderr (a single line when stderr is not a terminal) if the block lasts over ``after`` s."""
+    console = stderr()
+    state: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def start():
+        with lock:
+            if state.get("done"):
+                return
+            if console.is_terminal:
+                state["status"] = console.status(message)
+                state["status"].start()
+            else:
+                console.print(f"{message} ...", highlight=False)
+
+    timer = threading.Timer(after, start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["done"] = True
+            if "status" in state:
+                state["status"].stop()
+
+
+def loading_options(command):
+    """The options every command that loads a model takes, the way ``from_pretrained`` spells them."""
+    options = [
+        click.argument("path"),
+        click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first)."),
+        click.option("--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names, else AutoModel."),
+        click.option("--dtype", default="auto", show_default=True, metavar="auto|float32|bfloat16|float16", help="dtype to load in."),
+        click.option("--device", default="cpu", show_default=True, metavar="DEVICE", help="cpu, cuda, cuda:N, mps."),
+        click.option("--poison/--no-poison", default=True, show_default=True, help="Fill uninitialized memory with NaN/INT_MAX during the load so leftovers cannot pass for values."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def load_model(path: str, *, trust_remote_code: bool, auto_class: str | None, dtype: str, device: str, poison: bool):
+    """Load as a user would, with a progress indicator; every failure is a typed LoadguardError."""
+    from .. import _hf
+    from ..poison import poison as poison_context
+
+    parsed_dtype = _hf.parse_dtype(dtype)
+    _hf.check_device(device)
+    config = _hf.read_config(path, trust_remote_code)
+    cls = _hf.resolve_class(auto_class, config)
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": parsed_dtype}
+    if device not in ("cpu", None):
+        kwargs["device_map"] = device
+    quiet_transformers()
+    with progress(f"Loading {path} with {getattr(cls, '__name__', cls)}.from_pretrained"):
+        with poison_context() if poison else contextlib.nullcontext():
+            return _hf.from_pretrained(cls, path, **kwargs)
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,11 @@
+"""Configuration of the toy LM whose modeling code fails to import (a loadguard zoo model; remote code).
+
+A model type of its own: transformers registers remote classes per config class, so sharing the toy's
+would make a process that loaded the toy before reuse the toy's (importable) class for this model.
+"""
+
+from .configuration_lgtoy import LgToyConfig
+
+
+class LgTypingConfig(LgToyConfig):
+    model_type = "lgtyping"
