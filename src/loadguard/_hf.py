@@ -80,6 +80,23 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     return config
 
 
+def check_checkpoint(path: str | os.PathLike) -> None:
+    """Before loading a local folder: its weights are readable and complete (headers, sizes, shards).
+
+    A folder without weights passes: ``from_pretrained`` says what it expected there.
+    """
+    from .checkpoint import Checkpoint
+    from .errors import CheckpointError
+
+    if not Path(path).is_dir():
+        return
+    try:
+        Checkpoint.open(path).close()
+    except CheckpointError as error:
+        if "holds no checkpoint" not in error.message:
+            raise
+
+
 def resolve_class(auto_class: Any, config: dict) -> Any:
     """The class to call ``from_pretrained`` on: the one given, else the one the config names, else AutoModel."""
     import transformers

@@ -64,6 +64,7 @@ def load(
     if "dtype" in from_pretrained_kwargs:
         from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
     config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
+    _hf.check_checkpoint(path)
     cls = _hf.resolve_class(model_class, config)
     with poison_context() if poison else contextlib.nullcontext():
         model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)

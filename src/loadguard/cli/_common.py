@@ -96,6 +96,7 @@ def load_model(path: str, *, trust_remote_code: bool, auto_class: str | None, dt
     parsed_dtype = _hf.parse_dtype(dtype)
     _hf.check_device(device)
     config = _hf.read_config(path, trust_remote_code)
+    _hf.check_checkpoint(path)
     cls = _hf.resolve_class(auto_class, config)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": parsed_dtype}
     if device not in ("cpu", None):

@@ -1,0 +1,205 @@
+"""The CLI through its real entry point (loadguard.cli:main), in process."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from loadguard import zoo
+from loadguard.cli import main
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
+
+
+@pytest.fixture
+def run(capsys, monkeypatch):
+    def invoke(*args: str, env: dict | None = None):
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        with pytest.raises(SystemExit) as info:
+            main(list(args))
+        captured = capsys.readouterr()
+        return info.value.code, captured.out, captured.err
+
+    return invoke
+
+
+def fingerprint(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def copy_entry(zoo_folder, name, tmp_path):
+    target = tmp_path / name
+    shutil.copytree(zoo_folder(name), target)
+    return target
+
+
+@needs_v5
+@pytest.mark.parametrize("name", [e.name for e in zoo.entries() if e.failure_mode])
+def test_every_failure_mode_exits_1_with_its_tensors(run, zoo_folder, name):
+    code, out, err = run("audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")
+    assert code == 1
+    document = json.loads(out)
+    entry = zoo.get(name)
+    expected = {f.tensor: f.status for f in entry.expected_for(2)}
+    assert {f["tensor"]: f["status"] for f in document["findings"] if f["status"] != "unverifiable"} == expected
+    assert document["ok"] is False and document["repair"] is None and document["model"] == str(zoo_folder(name))
+    assert all({"tensor", "kind", "check", "status"} <= set(f) for f in document["findings"])
+
+
+@pytest.mark.parametrize("name", ["clean", "minicpmv_like_fixed"])
+def test_clean_entry_exits_0(run, zoo_folder, name):
+    code, out, _ = run("audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")
+    assert code == 0 and json.loads(out)["ok"] is True and json.loads(out)["findings"] == []
+
+
+def test_real_minilm_checkpoint_exits_0(run, minilm_folder):
+    code, out, err = run("audit", str(minilm_folder))
+    assert code == 0, err
+    assert "clean" in out and "checkpoint_fidelity    103 checked, 0 failed" in out
+
+
+@needs_v5
+def test_repair_reports_and_never_writes_to_path(run, zoo_folder):
+    folder = zoo_folder("shared_buffer")
+    before = fingerprint(folder)
+    code, out, _ = run("audit", str(folder), "--trust-remote-code", "--repair", "--format", "json")
+    assert code == 1  # the model as loaded was broken
+    repair = json.loads(out)["repair"]
+    assert repair["ok"] is True
+    assert set(repair["repaired"]) == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
+    assert fingerprint(folder) == before
+
+
+@needs_v5
+def test_human_output_collapses_layers_and_hints(run, zoo_folder):
+    code, out, err = run("audit", str(zoo_folder("np_buffer")), "--trust-remote-code")
+    assert code == 1
+    assert "layers.{0...1}.attn.causal_mask" in out
+    assert "non_persistent_buffer  4 checked, 4 failed" in out
+    assert "\x1b[" not in out  # no colour when not a terminal
+    assert err.strip().splitlines()[-1].startswith("Hint: run again with --repair")
+    code, out, err = run("audit", str(zoo_folder("np_buffer")), "--trust-remote-code", "--repair")
+    assert "after repair: clean" in out and "_init_weights" in err
+
+
+@needs_v5
+def test_no_poison_still_finds_the_buffer(run, zoo_folder):
+    code, out, _ = run("audit", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--no-poison", "--format", "json")
+    assert code == 1 and [f["tensor"] for f in json.loads(out)["findings"]] == ["resampler.pos_embed"]
+
+
+def bad_inputs(zoo_folder, tmp_path):
+    cases = {}
+    cases["missing path"] = ([str(tmp_path / "nope")], "does not exist")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases["no config"] = ([str(empty)], "has no config.json")
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    cases["unknown architecture"] = ([str(unknown)], "architecture")
+    cases["untrusted remote code"] = ([str(copy_entry(zoo_folder, "clean", tmp_path))], "configuration_lgtoy.py, modeling_lgtoy.py")
+    cases["import error"] = (
+        [str(copy_entry(zoo_folder, "typing_alias", tmp_path)), "--trust-remote-code"],
+        "modeling_lgtyping.py, line 13: NameError: name 'List' is not defined",
+    )
+    corrupt = copy_entry(zoo_folder, "clean", tmp_path / "c")
+    (corrupt / "model.safetensors").write_bytes(b"\xff" * 64)
+    cases["corrupt safetensors"] = ([str(corrupt), "--trust-remote-code"], "not a readable safetensors file")
+    truncated = copy_entry(zoo_folder, "clean", tmp_path / "t")
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    cases["truncated safetensors"] = ([str(truncated), "--trust-remote-code"], "is truncated")
+    sharded = copy_entry(zoo_folder, "sharded", tmp_path)
+    (sharded / "model-00002-of-00003.safetensors").unlink()
+    cases["missing shard"] = ([str(sharded), "--trust-remote-code"], "names shard model-00002-of-00003.safetensors, which is missing")
+    cases["hub id offline"] = (["someone/some-model"], "cannot be reached")
+    cases["cuda without gpu"] = ([str(zoo_folder("clean")), "--trust-remote-code", "--device", "cuda"], "no usable CUDA GPU")
+    cases["bad dtype"] = ([str(zoo_folder("clean")), "--trust-remote-code", "--dtype", "float8"], "not a dtype")
+    return cases
+
+
+CASES = [
+    "missing path",
+    "no config",
+    "unknown architecture",
+    "untrusted remote code",
+    "import error",
+    "corrupt safetensors",
+    "truncated safetensors",
+    "missing shard",
+    "hub id offline",
+    "cuda without gpu",
+    "bad dtype",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_error_and_one_hint_exit_2(run, zoo_folder, tmp_path, case):
+    args, message = bad_inputs(zoo_folder, tmp_path)[case]
+    if case == "cuda without gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    before = {p: fingerprint(p) for p in tmp_path.rglob("*") if p.is_dir()}
+    code, out, err = run("audit", *args, env={"HF_HUB_OFFLINE": "1"})
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("Loading ")]
+    assert code == 2, err
+    assert out == ""
+    assert len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("Hint: "), err
+    assert message in " ".join(err.split()), err
+    assert "Traceback" not in err
+    assert {p: fingerprint(p) for p in tmp_path.rglob("*") if p.is_dir()} == before  # nothing written
+
+
+def test_debug_shows_the_traceback(run, tmp_path):
+    code, _, err = run("audit", str(tmp_path / "nope"), env={"LOADGUARD_DEBUG": "1"})
+    assert code == 2 and "Traceback" in err and "ModelNotFoundError" in err
+
+
+@needs_v5
+def test_demo_tells_the_story(run):
+    code, out, err = run("demo")
+    assert code == 0, err
+    assert "resampler.pos_embed" in out and "np buffer" in out
+    assert "repaired: resampler.pos_embed; re-audit: clean" in out
+    assert "as loaded: 4 of 4 outputs wrong; repaired: equal to the fixed model: True" in out
+    assert 'loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True)' in out
+
+
+def test_env_measures_the_installed_transformers(run):
+    code, out, _ = run("env", "--format", "json")
+    document = json.loads(out)
+    assert code == 0 and document["versions"]["transformers"] == TRANSFORMERS_VERSION
+    test = document["self_test"]
+    assert test["ran"] and test["preserves_non_persistent_buffers"] is (not IS_V5)
+    code, out, _ = run("env")
+    assert "- torch: " in out and "non-persistent buffers survive from_pretrained: " + ("NO" if IS_V5 else "yes") in out
+
+
+def test_env_works_without_an_optional_dependency(tmp_path):
+    import subprocess
+    import sys
+
+    script = "import sys; sys.modules['accelerate'] = None; sys.modules['PIL'] = None\nfrom loadguard.cli import main; main(['env'])"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "non-persistent buffers survive from_pretrained" in result.stdout
+
+
+def test_zoo_list_and_build(run, tmp_path):
+    code, out, _ = run("zoo", "list", "--format", "json")
+    names = [e["name"] for e in json.loads(out)]
+    assert code == 0 and names == [e.name for e in zoo.entries()]
+    code, out, err = run("zoo", "build", "clean", str(tmp_path / "m"), "--set", "hidden_size=48")
+    assert code == 0 and out.strip() == str(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["hidden_size"] == 48
+    code, _, err = run("zoo", "build", "nope", str(tmp_path / "x"))
+    assert code == 2 and "no zoo entry called 'nope'" in err and not (tmp_path / "x").exists()
