@@ -34,6 +34,13 @@ def zoo_folder(tmp_path_factory):
     return get
 
 
+def all_tensors(model) -> dict:
+    """Every parameter and buffer by name, aliases included."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    named.update(model.named_buffers(remove_duplicate=False))
+    return named
+
+
 def load(folder, **kwargs):
     """A plain ``from_pretrained`` of a zoo folder, as a user would write it."""
     from transformers import AutoModelForCausalLM

@@ -12,7 +12,7 @@ import loadguard
 from loadguard import zoo
 from loadguard.errors import CheckpointError
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, load
+from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load
 
 BROKEN = [e.name for e in zoo.entries() if e.failure_mode]
 CLEAN = [e.name for e in zoo.entries() if not e.failure_mode and not e.load_error]
@@ -155,9 +155,7 @@ def test_report_json_is_stable(zoo_folder):
 
 
 def snapshot(model):
-    named = dict(model.named_parameters(remove_duplicate=False))
-    named.update(model.named_buffers(remove_duplicate=False))
-    return {k: (v, v.clone() if v.device.type != "meta" else None) for k, v in named.items()}
+    return {k: (v, v.clone() if v.device.type != "meta" else None) for k, v in all_tensors(model).items()}
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -166,12 +166,21 @@ def test_debug_shows_the_traceback(run, tmp_path):
 
 @needs_v5
 def test_demo_tells_the_story(run):
-    code, out, err = run("demo")
+    code, out, err = run("demo", "--poison")  # deterministic garbage: NaN, so every output is "!!!!"
     assert code == 0, err
-    assert "resampler.pos_embed" in out and "np buffer" in out
+    assert "resampler.pos_embed" in out and "np buffer" in out and "uninitialized" in out
     assert "repaired: resampler.pos_embed; re-audit: clean" in out
+    assert "!!!!!!!!" in out
     assert "as loaded: 4 of 4 outputs wrong; repaired: equal to the fixed model: True" in out
     assert 'loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True)' in out
+
+
+@needs_v5
+def test_demo_with_a_plain_load(run):
+    code, out, err = run("demo")  # whatever memory the load left: the repair must still match the fixed model
+    assert code == 0, err
+    assert "repaired: resampler.pos_embed; re-audit: clean" in out
+    assert "repaired: equal to the fixed model: True" in out
 
 
 def test_env_measures_the_installed_transformers(run):

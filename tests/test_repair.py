@@ -8,16 +8,10 @@ import torch
 import loadguard
 from loadguard import zoo
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, load
+from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load
 
 pytestmark = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
 REPAIRABLE = ["minicpmv_like", "np_buffer", "np_buffer_in_checkpoint", "shared_buffer", "overwritten", "sharded"]
-
-
-def tensors(model):
-    named = dict(model.named_parameters(remove_duplicate=False))
-    named.update(model.named_buffers(remove_duplicate=False))
-    return named
 
 
 @pytest.mark.parametrize("name", REPAIRABLE)
@@ -31,8 +25,8 @@ def test_repair_makes_the_model_equal_to_its_definition(zoo_folder, name, dtype)
     assert set(result.repaired) == {f.tensor for f in before.failures} | {
         n for f in before.failures for n in (f.alias_of,) if n
     }
-    truth = tensors(zoo.build_model(name))
-    for key, value in tensors(model).items():
+    truth = all_tensors(zoo.build_model(name))
+    for key, value in all_tensors(model).items():
         expected = truth[key].to(value.dtype)
         assert value.device.type == "cpu" and torch.equal(value, expected), key
 

@@ -11,16 +11,10 @@ import torch
 from loadguard import poison, zoo
 from loadguard.errors import FolderNotEmptyError, InvalidOptionError, UnknownZooEntryError
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, load
+from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load
 
 BROKEN = [e.name for e in zoo.entries() if e.failure_mode]
 CLEAN = [e.name for e in zoo.entries() if not e.failure_mode and not e.load_error]
-
-
-def all_tensors(model) -> dict[str, torch.Tensor]:
-    named = dict(model.named_parameters(remove_duplicate=False))
-    named.update(model.named_buffers(remove_duplicate=False))
-    return named
 
 
 def is_poison(tensor: torch.Tensor) -> bool:

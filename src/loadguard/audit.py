@@ -92,6 +92,17 @@ def _offloaded_names(model: nn.Module) -> set[str]:
     return names
 
 
+def _summary(check: Check, checked: int, findings: list[Finding], reason: str = "") -> CheckSummary:
+    return CheckSummary(
+        check.value,
+        True,
+        checked=checked,
+        failed=sum(f.failing for f in findings),
+        unverifiable=sum(not f.failing for f in findings),
+        reason=reason,
+    )
+
+
 def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") -> AuditReport:
     """Say which tensors of ``model`` are not what its code and its checkpoint define.
 
@@ -127,15 +138,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
     meta_findings = [f for e in inventory if (f := checks.check_meta_leftover(e, e.name in offloaded)) is not None]
     findings += meta_findings
     on_meta = {f.tensor for f in meta_findings}
-    summaries.append(
-        CheckSummary(
-            Check.META_LEFTOVER.value,
-            True,
-            checked=len(inventory),
-            failed=sum(f.failing for f in meta_findings),
-            unverifiable=sum(not f.failing for f in meta_findings),
-        )
-    )
+    summaries.append(_summary(Check.META_LEFTOVER, len(inventory), meta_findings))
 
     # non-persistent buffers against the reference
     start = time.perf_counter()
@@ -155,16 +158,8 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
             if finding is not None:
                 np_findings.append(finding)
     findings += np_findings
-    summaries.append(
-        CheckSummary(
-            Check.NON_PERSISTENT_BUFFER.value,
-            True,
-            checked=len(np_entries),
-            failed=sum(f.failing for f in np_findings),
-            unverifiable=sum(not f.failing for f in np_findings),
-            reason="" if ref is not None else f"no reference: {ref_reason}; only NaN/Inf/INT_MAX were looked for",
-        )
-    )
+    no_reference = f"no reference: {ref_reason}; only NaN/Inf/INT_MAX were looked for"
+    summaries.append(_summary(Check.NON_PERSISTENT_BUFFER, len(np_entries), np_findings, "" if ref is not None else no_reference))
     seconds["buffers"] = time.perf_counter() - start
 
     # checkpoint fidelity and missing keys
@@ -179,7 +174,6 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         key_map = map_keys(model, ckpt, [e.name for e in inventory.state_entries])
         fidelity: list[Finding] = []
         missing: list[Finding] = []
-        fused = 0
         with torch.no_grad():
             for entry in state_entries:
                 loaded = inventory.tensor(entry.name)
@@ -189,32 +183,15 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
                     if finding is not None:
                         fidelity.append(finding)
                 elif entry.name in key_map.fused:
-                    fused += 1
                     fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
                 else:
                     reference_value = ref.values.get(entry.name) if ref is not None else None
                     missing.append(checks.check_missing_key(entry, loaded, reference_value))
         findings += fidelity + missing
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)
-        summaries.append(
-            CheckSummary(
-                Check.CHECKPOINT_FIDELITY.value,
-                True,
-                checked=compared,
-                failed=sum(f.failing for f in fidelity),
-                unverifiable=fused,
-                reason=f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model" if key_map.unexpected else "",
-            )
-        )
-        summaries.append(
-            CheckSummary(
-                Check.MISSING_KEY.value,
-                True,
-                checked=len(missing),
-                failed=sum(f.failing for f in missing),
-                unverifiable=sum(not f.failing for f in missing),
-            )
-        )
+        unexpected = f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model" if key_map.unexpected else ""
+        summaries.append(_summary(Check.CHECKPOINT_FIDELITY, compared, fidelity, unexpected))
+        summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
     seconds["checkpoint"] = time.perf_counter() - start
 
     return AuditReport(

@@ -79,11 +79,6 @@ def _buffers(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]
 
 def _model_dtype(model: nn.Module) -> torch.dtype | None:
     """The dtype ``from_pretrained`` constructed the model in: that of its floating-point parameters."""
-    config_dtype = getattr(getattr(model, "config", None), "dtype", None) or getattr(
-        getattr(model, "config", None), "torch_dtype", None
-    )
-    if isinstance(config_dtype, torch.dtype):
-        return config_dtype
     for parameter in model.parameters():
         if parameter.dtype.is_floating_point:
             return parameter.dtype
@@ -95,8 +90,8 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
 
     Constructs ``type(model)(model.config)`` with parameters on meta and buffers real, under the
     model's floating dtype as default dtype, exactly as ``from_pretrained`` constructs it. With
-    ``detect_random`` it builds twice under different seeds: buffers that differ are drawn from random
-    numbers and marked unverifiable. The caller's RNG state is left untouched.
+    ``detect_random``, a construction that draws random numbers is repeated under another seed: buffers
+    that differ are drawn from random numbers and marked unverifiable. The caller's RNG state is left untouched.
 
     Raises :class:`loadguard.errors.ReferenceBuildError` if the class cannot be constructed.
 
@@ -126,10 +121,14 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
     try:
         with torch.random.fork_rng(devices=[]), _default_dtype(dtype):
             torch.manual_seed(0x10AD)
+            seeded = torch.random.get_rng_state()
             first = _construct(model_class, config)
             values, aliases = _buffers(first)
             second_values: dict[str, torch.Tensor] = {}
-            if detect_random and values:
+            # only a construction that drew random numbers can have random buffers: build a second time
+            # under another seed to tell which
+            drew_random = not torch.equal(seeded, torch.random.get_rng_state())
+            if detect_random and values and drew_random:
                 torch.manual_seed(0x6A4D)
                 second_values, _ = _buffers(_construct(model_class, config))
     except Exception as error:  # the model's own code failed: say so, with its exception
