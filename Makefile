@@ -4,7 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.loadguard-installed
 
-.PHONY: demo test test-slow bench clean
+COMPAT       := .venv-compat
+COMPAT_STAMP := $(COMPAT)/.loadguard-installed
+
+.PHONY: demo test test-slow test-compat bench clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -15,6 +18,15 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
 
+# The suite against transformers 4.57 (pre-v5 loading): the failure modes skip, naming the version.
+test-compat: $(COMPAT_STAMP)
+	$(COMPAT)/bin/python -m pytest
+
+$(COMPAT_STAMP): pyproject.toml constraints-compat.txt
+	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-compat.txt -e '.[test]'
+	touch $(COMPAT_STAMP)
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_audit.py
 
@@ -24,4 +36,4 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info
+	rm -rf $(VENV) $(COMPAT) .pytest_cache .hypothesis src/*.egg-info

@@ -191,7 +191,7 @@ def main() -> None:
         rows = [
             ("(1) from_pretrained", r["load"]),
             ("(2) from_pretrained + one forward", r["load_forward"]),
-            ("(3a) audit: reference build (x2, random check)", r["reference"]),
+            ("(3a) audit: reference build", r["reference"]),
             ("(3b) audit: buffer comparison (reference cached)", r["buffers"]),
             ("(3c) audit: checkpoint fidelity", r["fidelity"]),
             ("(3)  audit, whole (fresh reference)", r["audit"]),

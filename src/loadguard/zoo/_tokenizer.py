@@ -40,5 +40,6 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
         eos_token="</s>",
         pad_token="<pad>",
         model_max_length=4096,
+        model_input_names=["input_ids", "attention_mask"],
     )
     tokenizer.save_pretrained(str(folder))

@@ -46,4 +46,5 @@ class LgMiniCPMVConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.fixed = fixed
         kwargs.setdefault("use_cache", False)
+        kwargs.setdefault("tie_word_embeddings", False)  # untied on every transformers version
         super().__init__(**kwargs)

@@ -45,4 +45,5 @@ class LgToyConfig(PretrainedConfig):
         self.scaled_lm_head = scaled_lm_head
         self.unguarded_init = unguarded_init
         kwargs.setdefault("use_cache", False)
+        kwargs.setdefault("tie_word_embeddings", False)  # untied on every transformers version
         super().__init__(**kwargs)
