@@ -212,3 +212,29 @@ def test_zoo_list_and_build(run, tmp_path):
     assert json.loads((tmp_path / "m" / "config.json").read_text())["hidden_size"] == 48
     code, _, err = run("zoo", "build", "nope", str(tmp_path / "x"))
     assert code == 2 and "no zoo entry called 'nope'" in err and not (tmp_path / "x").exists()
+
+
+@needs_v5
+def test_compare_shows_the_divergence_and_repair_agrees(run, zoo_folder):
+    folder = str(zoo_folder("minicpmv_like"))
+    code, out, err = run("compare", folder, "--trust-remote-code", "--format", "json")
+    document = json.loads(out)
+    assert code == 1 and document["ok"] is False and "non-finite logprob" in document["failure"]
+    assert all(a["text"] == "!!!!!!!!" for a in document["a"])
+    code, out, _ = run("compare", folder, "--trust-remote-code", "--repair")
+    assert code == 0 and "agree (check_logprobs_close)" in out and "repaired before generating: resampler.pos_embed" in out
+
+
+def test_compare_clean_text_model_with_prompts(run, zoo_folder):
+    code, out, _ = run("compare", str(zoo_folder("clean")), "--trust-remote-code", "--prompt", "what do you see ?", "--format", "json")
+    document = json.loads(out)
+    assert code == 0 and document["prompts"] == ["what do you see ?"] and document["a"] == document["b"]
+
+
+@needs_v5
+def test_trace_command(run, zoo_folder):
+    code, out, _ = run("trace", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--format", "json")
+    document = json.loads(out)
+    assert code == 1 and document["module"] == "resampler.attn" and document["non_finite_tensors"] == ["resampler.pos_embed"]
+    code, out, _ = run("trace", str(zoo_folder("minicpmv_like_fixed")), "--trust-remote-code")
+    assert code == 0 and "stayed finite" in out

@@ -20,6 +20,7 @@ from .errors import BrokenModelError, LoadguardError
 from .load import LoadguardWarning, load
 from .poison import poison
 from .repair import repair
+from .runner.trace import TraceResult, trace
 from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
 
 __all__ = [
@@ -30,10 +31,12 @@ __all__ = [
     "LoadguardError",
     "LoadguardWarning",
     "RepairResult",
+    "TraceResult",
     "Unrepaired",
     "audit",
     "load",
     "poison",
     "repair",
+    "trace",
 ]
 __version__ = "0.1.0"

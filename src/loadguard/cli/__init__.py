@@ -21,6 +21,8 @@ class _LazyGroup(click.Group):
 
     _commands = {
         "audit": ("audit", "audit"),
+        "compare": ("compare", "compare"),
+        "trace": ("trace", "trace"),
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
         "zoo": ("zoo", "zoo"),

@@ -14,7 +14,21 @@ Example::
     big = zoo.build("clean", "/tmp/clean-big", hidden_size=1024, num_hidden_layers=24, vocab_size=32000)
 """
 
-from ._builder import build, build_model
-from ._entries import ENTRIES, ExpectedFinding, ZooEntry, entries, get
+import json
+from pathlib import Path
 
-__all__ = ["ENTRIES", "ExpectedFinding", "ZooEntry", "build", "build_model", "entries", "get"]
+from ._builder import MARKER, build, build_model
+from ._entries import ENTRIES, ExpectedFinding, ZooEntry, entries, get
+from ._images import demo_images
+
+
+def entry_of(folder) -> ZooEntry | None:
+    """The zoo entry a model folder was built from, or None when it is not a zoo folder."""
+    marker = Path(folder) / MARKER
+    try:
+        return ENTRIES.get(json.loads(marker.read_text())["entry"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+__all__ = ["ENTRIES", "ExpectedFinding", "ZooEntry", "build", "build_model", "demo_images", "entries", "entry_of", "get"]

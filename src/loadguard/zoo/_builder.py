@@ -61,6 +61,7 @@ _FAMILIES = {
 # Seed 26 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.1) on its demo prompts,
 # all of which change when pos_embed is corrupted (zeros, noise, 1e37, NaN).
 _DEFAULT_SEED = 26
+MARKER = "loadguard_zoo.json"  # which zoo entry a folder is, with its demo prompts and image sizes
 
 
 def _classes(family_name: str):
@@ -204,6 +205,10 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
             _write_json(folder / "config.json", document)
         _save_weights(folder, _checkpoint_tensors(entry, model), entry.shards)
         write_tokenizer(folder, config.vocab_size)
+        _write_json(
+            folder / MARKER,
+            {"entry": entry.name, "prompts": list(entry.prompts), "image_sizes": [list(s) for s in entry.image_sizes]},
+        )
         specials = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
         _write_json(
             folder / "generation_config.json",

@@ -174,7 +174,10 @@ class LgMiniCPMV(LgMiniCPMVPreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, pixel_values=None, tgt_sizes=None, **kwargs):
         # No key/value cache: every step sees the whole sequence (and the images) again.
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values, "tgt_sizes": tgt_sizes}
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values, "tgt_sizes": tgt_sizes}
+        if "output_hidden_states" in kwargs:
+            inputs["output_hidden_states"] = kwargs["output_hidden_states"]
+        return inputs
 
     def forward(
         self,
@@ -182,6 +185,7 @@ class LgMiniCPMV(LgMiniCPMVPreTrainedModel, GenerationMixin):
         attention_mask=None,
         pixel_values: torch.Tensor | None = None,
         tgt_sizes: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> CausalLMOutput:
         embeds = self.embed_tokens(input_ids)
@@ -196,6 +200,11 @@ class LgMiniCPMV(LgMiniCPMVPreTrainedModel, GenerationMixin):
                 )
             embeds = embeds.masked_scatter(slots, image_embeds)
         hidden = embeds + self.embed_positions[: input_ids.shape[1]].to(embeds.dtype)
+        states = [hidden]
         for layer in self.layers:
             hidden = layer(hidden)
-        return CausalLMOutput(logits=self.lm_head(self.norm(hidden)))
+            states.append(hidden)
+        hidden = self.norm(hidden)
+        states[-1] = hidden  # as in transformers models: the last hidden state is after the final norm
+        wanted = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        return CausalLMOutput(logits=self.lm_head(hidden), hidden_states=tuple(states) if wanted else None)

@@ -1,0 +1,229 @@
+"""``HfRunner``: the Hugging Face reference side of an engine test suite, with every load audited."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .. import _hf
+from ..audit import audit as run_audit
+from ..errors import InvalidOptionError
+from ..load import load as guarded_load
+from ..poison import poison as poison_context
+from ..report import AuditReport, RepairResult
+
+POLICIES = ("repair", "raise", "warn", "off")
+TokensText = tuple[list[int], str]
+TokensTextLogprobs = tuple[list[int], str, list[dict[int, float]]]
+
+
+class HfRunner:
+    """Load a model, its tokenizer and processor the way engine suites do; audit the load.
+
+    Args:
+        model: a local folder (or whatever ``from_pretrained`` takes).
+        dtype: ``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``.
+        auto_cls: the auto class or model class (default: the one the config names).
+        trust_remote_code: passed to every ``from_pretrained`` (never implied).
+        model_kwargs: extra ``from_pretrained`` arguments for the model.
+        audit: ``"repair"`` (repair what the audit finds; raise if something stays broken), ``"raise"``
+            (raise :class:`loadguard.BrokenModelError`), ``"warn"`` or ``"off"``.
+        patches: callables ``runner -> runner`` applied after loading, as engine suites patch per model.
+        poison: load under :func:`loadguard.poison`.
+
+    ``runner.report`` is the audit of the load (None with ``audit="off"``), ``runner.repair`` the repair.
+
+    Example::
+
+        with HfRunner(path, trust_remote_code=True) as hf:
+            outputs = hf.generate_greedy_logprobs_limit(prompts, max_tokens=8, num_logprobs=5, images=images)
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        dtype: Any = "auto",
+        *,
+        auto_cls: Any = None,
+        trust_remote_code: bool = False,
+        model_kwargs: dict[str, Any] | None = None,
+        audit: str = "repair",
+        patches: Iterable[Callable[[HfRunner], HfRunner]] = (),
+        poison: bool = False,
+    ):
+        if audit not in POLICIES:
+            raise InvalidOptionError(f"audit={audit!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
+        from transformers import AutoProcessor, AutoTokenizer
+
+        self.model_name = str(model)
+        self.policy = audit
+        self.trust_remote_code = trust_remote_code
+        kwargs = dict(model_kwargs or {})
+        kwargs["dtype"] = _hf.parse_dtype(dtype)
+        kwargs["trust_remote_code"] = trust_remote_code
+        self.report: AuditReport | None = None
+        self.repair: RepairResult | None = None
+        if audit == "off":
+            config = _hf.read_config(model, trust_remote_code)
+            cls = _hf.resolve_class(auto_cls, config)
+            with poison_context() if poison else contextlib.nullcontext():
+                self.model = _hf.from_pretrained(cls, model, **kwargs)
+        else:
+            self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, **kwargs)
+            self.report = self.model.loadguard_report
+            self.repair = self.model.loadguard_repair
+        self.model.eval()
+        self.tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code))
+        processor = _optional(lambda: AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code))
+        self.processor = processor if processor is not None else self.tokenizer
+        if self.tokenizer is None and processor is not None:
+            self.tokenizer = getattr(processor, "tokenizer", None)
+        runner = self
+        for patch in patches:
+            runner = patch(runner)
+            if not isinstance(runner, HfRunner):
+                raise TypeError(f"patch {getattr(patch, '__name__', patch)!r} must return the runner, got {type(runner).__name__}")
+
+    @classmethod
+    def from_model(cls, model, processor=None, tokenizer=None, name: str | None = None) -> HfRunner:
+        """Wrap an already loaded model (no load, no audit): the generation methods only."""
+        runner = cls.__new__(cls)
+        runner.model_name = name or str(getattr(getattr(model, "config", None), "_name_or_path", type(model).__name__))
+        runner.policy = "off"
+        runner.trust_remote_code = False
+        runner.report = None
+        runner.repair = None
+        runner.model = model.eval()
+        runner.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", processor)
+        runner.processor = processor if processor is not None else tokenizer
+        return runner
+
+    # ------------------------------------------------------------------------------------------------
+    def __enter__(self) -> HfRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Free the model (the runner cannot generate afterwards)."""
+        self.model = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def audit(self) -> AuditReport:
+        """Audit the model as it is now (after patches, repairs and generation)."""
+        return run_audit(self.model)
+
+    # ------------------------------------------------------------------------------------------------
+    def _inputs(self, prompt: str, images: Any) -> dict[str, Any]:
+        if images is not None and not isinstance(images, (list, tuple)):
+            images = [images]
+        if images:
+            if getattr(self.processor, "image_processor", None) is None:
+                raise InvalidOptionError(f"{self.model_name} has no image processor", "pass images only to vision-language models")
+            batch = self.processor(text=prompt, images=list(images), return_tensors="pt")
+        else:
+            batch = (self.processor if self.processor is not None else self.tokenizer)(text=prompt, return_tensors="pt")
+        inputs = dict(batch)
+        inputs.pop("image_sizes", None)
+        device = next(self.model.parameters()).device
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+    @staticmethod
+    def _per_prompt(prompts: Sequence[str], images: Sequence[Any] | None) -> list[Any]:
+        if images is None:
+            return [None] * len(prompts)
+        if len(images) != len(prompts):
+            raise InvalidOptionError(f"{len(prompts)} prompts but {len(images)} image entries", "pass one image (or list, or None) per prompt")
+        return list(images)
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True) if self.tokenizer is not None else ""
+
+    def generate(self, prompts: Sequence[str], images: Sequence[Any] | None = None, **kwargs: Any) -> list[TokensText]:
+        """``model.generate`` per prompt; returns the generated continuation as ``(ids, text)``."""
+        results = []
+        for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
+            inputs = self._inputs(prompt, prompt_images)
+            with torch.no_grad():
+                output = self.model.generate(**inputs, **kwargs)
+            sequences = output.sequences if hasattr(output, "sequences") else output
+            ids = sequences[0, inputs["input_ids"].shape[1] :].tolist()
+            results.append((ids, self._decode(ids)))
+        return results
+
+    def generate_greedy(self, prompts: Sequence[str], max_tokens: int, images: Sequence[Any] | None = None, **kwargs: Any) -> list[TokensText]:
+        return self.generate(prompts, images, do_sample=False, max_new_tokens=max_tokens, **kwargs)
+
+    def generate_greedy_logprobs_limit(
+        self, prompts: Sequence[str], max_tokens: int, num_logprobs: int, images: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[TokensTextLogprobs]:
+        """Greedy generation with the top ``num_logprobs`` logprobs per generated token.
+
+        Logprobs are the float32 log-softmax of the last hidden state times the output embedding (as engine
+        suites compute them), or of the model's raw logits when it returns no hidden states.
+        """
+        results = []
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
+            inputs = self._inputs(prompt, prompt_images)
+            with torch.no_grad():
+                output = self.model.generate(
+                    **inputs,
+                    do_sample=False,
+                    max_new_tokens=max_tokens,
+                    output_hidden_states=True,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    **kwargs,
+                )
+            ids = output.sequences[0, inputs["input_ids"].shape[1] :].tolist()
+            steps = []
+            for step, logits in enumerate(output.logits):
+                hidden = _last_hidden(output, step)
+                if hidden is not None and head is not None and isinstance(head, torch.nn.Linear):
+                    scores = hidden.float() @ head.weight.float().t()
+                    if head.bias is not None:
+                        scores = scores + head.bias.float()
+                else:
+                    scores = logits[0].float()
+                logprobs = torch.log_softmax(scores, dim=-1)
+                top = torch.topk(logprobs, num_logprobs)
+                steps.append({int(t): float(v) for t, v in zip(top.indices.tolist(), top.values.tolist())})
+            results.append((ids, self._decode(ids), steps))
+        return results
+
+    def encode(self, prompts: Sequence[str]) -> list[list[float]]:
+        """Sentence embeddings: attention-mask mean pooling of the last hidden state, L2-normalized."""
+        vectors = []
+        for prompt in prompts:
+            inputs = self._inputs(prompt, None)
+            with torch.no_grad():
+                output = self.model(**inputs)
+            hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+            mask = inputs.get("attention_mask", torch.ones(hidden.shape[:2], device=hidden.device)).unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+            vectors.append(torch.nn.functional.normalize(pooled.float(), dim=-1)[0].tolist())
+        return vectors
+
+
+def _last_hidden(output, step: int):
+    """The last layer's hidden state at the position that produced generation step ``step``."""
+    states = getattr(output, "hidden_states", None)
+    if not states or step >= len(states) or not states[step]:
+        return None
+    return states[step][-1][0, -1]
+
+
+def _optional(factory):
+    try:
+        return factory()
+    except Exception:  # a model without a tokenizer or processor: the runner works without it
+        return None
