@@ -104,7 +104,7 @@ def test_raise_policy_and_patches(zoo_folder):
         runner.patched = True
         return runner
 
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, patches=[patch]) as hf:
+    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, patches=[patch]) as hf:
         assert hf.patched and seen == [False]
     with pytest.raises(TypeError, match="must return the runner"):
         HfRunner(zoo_folder("clean"), trust_remote_code=True, patches=[lambda r: None])

@@ -60,7 +60,11 @@ def demo(poison):
         out.print(Rule("3. loadguard.audit(model)"))
         report = audit(model)
         if report.ok:
-            out.print(f"[bold green]clean[/]: transformers {transformers.__version__} preserved every buffer; nothing to repair here.")
+            out.print(
+                "[bold green]audit clean[/]: every tensor holds what its code and checkpoint define "
+                f"(transformers {transformers.__version__} kept the buffer, or the memory it got happened to hold it: "
+                "run with --poison to tell)"
+            )
         else:
             out.print(findings_table(report.findings))
             for line in detail_lines(report.findings):
