@@ -109,3 +109,39 @@ def load_model(path: str, *, trust_remote_code: bool, auto_class: str | None, dt
 
 def is_tty() -> bool:
     return sys.stdout.isatty()
+
+
+def cases_and_runner(path: str, prompts, image_paths, **load_options):
+    """What ``compare`` and ``trace`` share: the prompts and images (given, else the zoo entry's, else a
+    built-in set) and a runner around the model loaded as a user would, with its processor and tokenizer."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    from ..runner import HfRunner, default_cases
+    from ..runner.hf_runner import _optional
+
+    if prompts:
+        prompt_list = list(prompts)
+        images = [read_images(image_paths)] * len(prompt_list) if image_paths else None
+    else:
+        prompt_list, images = default_cases(path)
+        if image_paths:
+            images = [read_images(image_paths)] * len(prompt_list)
+    model = load_model(path, **load_options)
+    trust = load_options["trust_remote_code"]
+    processor = _optional(lambda: AutoProcessor.from_pretrained(path, trust_remote_code=trust))
+    tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust))
+    return prompt_list, images, HfRunner.from_model(model, processor, tokenizer)
+
+
+def read_images(paths):
+    from PIL import Image
+
+    from ..errors import InvalidOptionError
+
+    images = []
+    for path in paths:
+        try:
+            images.append(Image.open(path).convert("RGB"))
+        except OSError as error:
+            raise InvalidOptionError(f"cannot read image {path}: {error}", "pass PNG/JPEG files") from None
+    return images

@@ -6,21 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, load_model, loading_options, quiet_transformers, stderr, stdout
-
-
-def _images(paths):
-    from PIL import Image
-
-    from ..errors import InvalidOptionError
-
-    images = []
-    for path in paths:
-        try:
-            images.append(Image.open(path).convert("RGB"))
-        except OSError as error:
-            raise InvalidOptionError(f"cannot read image {path}: {error}", "pass PNG/JPEG files") from None
-    return images
+from ._common import ExitCode, cases_and_runner, loading_options, stderr, stdout
 
 
 @click.command()
@@ -34,31 +20,21 @@ def _images(paths):
 def compare(path, trust_remote_code, auto_class, dtype, device, poison, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ, 2 could not run."""
-    from transformers import AutoProcessor, AutoTokenizer
-
     from .. import audit, repair
     from ..compare import check_logprobs_close
-    from ..runner import HfRunner, default_cases, eager_load
-    from ..runner.hf_runner import _optional
+    from ..runner import HfRunner, eager_load
 
-    if prompts:
-        prompt_list = list(prompts)
-        images = [_images(image_paths)] * len(prompt_list) if image_paths else None
-    else:
-        prompt_list, images = default_cases(path)
-        if image_paths:
-            images = [_images(image_paths)] * len(prompt_list)
-    model = load_model(path, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, poison=poison)
-    quiet_transformers()
-    processor = _optional(lambda: AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code))
-    tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
+    prompt_list, images, runner = cases_and_runner(
+        path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, poison=poison
+    )
+    model = runner.model
     report = repaired = None
     if do_repair:
         report = audit(model, path)
         repaired = repair(model, report) if not report.ok else None
-    a = HfRunner.from_model(model, processor, tokenizer).generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
+    a = runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
     twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype)
-    b = HfRunner.from_model(twin, processor, tokenizer).generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
+    b = HfRunner.from_model(twin, runner.processor, runner.tokenizer).generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
     name_a = "from_pretrained" + (" (repaired)" if repaired is not None else "")
     try:
         check_logprobs_close(outputs_0_lst=a, outputs_1_lst=b, name_0=name_a, name_1="eager", warn_on_mismatch=False)
