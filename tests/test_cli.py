@@ -109,7 +109,7 @@ def bad_inputs(zoo_folder, tmp_path):
     cases["untrusted remote code"] = ([str(copy_entry(zoo_folder, "clean", tmp_path))], "configuration_lgtoy.py, modeling_lgtoy.py")
     cases["import error"] = (
         [str(copy_entry(zoo_folder, "typing_alias", tmp_path)), "--trust-remote-code"],
-        "modeling_lgtyping.py, line 13: NameError: name 'List' is not defined",
+        "modeling_lgtyping.py, line 14: NameError: name 'List' is not defined",
     )
     corrupt = copy_entry(zoo_folder, "clean", tmp_path / "c")
     (corrupt / "model.safetensors").write_bytes(b"\xff" * 64)

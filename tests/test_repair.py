@@ -94,7 +94,7 @@ def test_repaired_vlm_generates_like_the_fixed_variant(zoo_folder):
 
     def greedy(model):
         with torch.no_grad():
-            return model.generate(**inputs, max_new_tokens=8, do_sample=False)[0].tolist()
+            return model.generate(**inputs, max_new_tokens=8, do_sample=False, decode_text=False)[0].tolist()
 
     with loadguard.poison():
         broken = load(zoo_folder("minicpmv_like"))

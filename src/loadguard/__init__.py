@@ -21,6 +21,7 @@ from .load import LoadguardWarning, load
 from .poison import poison
 from .repair import repair
 from .runner.trace import TraceResult, trace
+from .workarounds import WorkaroundOutcome, workaround
 from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "LoadguardWarning",
     "RepairResult",
     "TraceResult",
+    "WorkaroundOutcome",
     "Unrepaired",
     "audit",
     "load",
     "poison",
     "repair",
     "trace",
+    "workaround",
 ]
 __version__ = "0.1.0"

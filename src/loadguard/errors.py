@@ -80,3 +80,11 @@ class BrokenModelError(LoadguardError):
     def __init__(self, report, message: str, hint: str):
         super().__init__(message, hint)
         self.report = report
+
+
+class WorkaroundError(LoadguardError):
+    """A workaround that is unknown, does not apply to the model, or applied and fixed nothing."""
+
+
+class StaleWorkaroundError(WorkaroundError):
+    """Strict mode: a workaround is no longer needed (what it fixes is already correct)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from . import _hf
@@ -36,6 +38,8 @@ def load(
     on_problem: str = "repair",
     poison: bool = False,
     checkpoint: Any = None,
+    workarounds: Sequence[str] = (),
+    strict_stale: bool = False,
     **from_pretrained_kwargs: Any,
 ):
     """Load with ``from_pretrained``, audit, and apply ``on_problem``. The model carries its report.
@@ -49,9 +53,14 @@ def load(
         poison: load inside :func:`loadguard.poison` so leftover memory is NaN / INT_MAX, never a
             plausible value (slower: every allocation is written).
         checkpoint: where to read the checkpoint for the fidelity check (default: ``path`` when local).
+        workarounds: names of registered workarounds (``loadguard workarounds list``) to apply; each must
+            apply to the model. ``before_import`` ones run around the load, ``after_load`` ones after it
+            (skipped as stale when what they fix is already correct).
+        strict_stale: a stale workaround raises :class:`loadguard.errors.StaleWorkaroundError`.
         **from_pretrained_kwargs: passed to ``from_pretrained`` (``dtype=``, ``trust_remote_code=``, ...).
 
-    The returned model has ``model.loadguard_report`` (the audit of the load) and
+    The returned model has ``model.loadguard_report`` (the audit of the load, after any workaround, with
+    their outcomes in ``.workarounds``), ``model.loadguard_report_as_loaded`` (before workarounds) and
     ``model.loadguard_repair`` (the :class:`RepairResult`, or None when nothing was repaired).
 
     Example::
@@ -63,12 +72,20 @@ def load(
         raise InvalidOptionError(f"on_problem={on_problem!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
     if "dtype" in from_pretrained_kwargs:
         from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
+    from . import workarounds as registry
+
+    chosen = registry.resolve(workarounds)
     config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
     _hf.check_checkpoint(path)
     cls = _hf.resolve_class(model_class, config)
-    with poison_context() if poison else contextlib.nullcontext():
-        model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
-    report = audit(model, checkpoint)
+    with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
+        with poison_context() if poison else contextlib.nullcontext():
+            model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+    as_loaded = audit(model, checkpoint)
+    outcomes = list(early) + registry.after_load(model, chosen, as_loaded, strict=strict_stale)
+    changed = any(o.status == "applied" and o.stage == "after_load" for o in outcomes)
+    report = dataclasses.replace(audit(model, checkpoint) if changed else as_loaded, workarounds=tuple(outcomes))
+    model.loadguard_report_as_loaded = dataclasses.replace(as_loaded, workarounds=tuple(outcomes))
     model.loadguard_report = report
     model.loadguard_repair = None
     if report.ok:

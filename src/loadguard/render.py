@@ -110,6 +110,8 @@ def print_report(console: Console, report: AuditReport, repair: RepairResult | N
             console.print(line, highlight=False)
     for line in check_lines(report):
         console.print(line, highlight=False)
+    for outcome in report.workarounds:
+        console.print(f"workaround {outcome.name} ({outcome.stage}): {outcome.status}" + (f", {outcome.detail}" if outcome.detail else ""), highlight=False)
     if repair is not None:
         if repair.repaired:
             console.print(f"repaired {len(repair.repaired)}: {', '.join(collapse_names(repair.repaired))}", highlight=False)

@@ -96,6 +96,8 @@ class AuditReport:
     unexpected_checkpoint_keys: tuple[str, ...] = ()
     versions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    workarounds: tuple[Any, ...] = ()
+    """:class:`loadguard.workarounds.WorkaroundOutcome` of every workaround applied or found stale."""
     _context: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -129,6 +131,7 @@ class AuditReport:
             "checks": [s.to_dict() for s in self.checks],
             "counts": self.counts(),
             "unexpected_checkpoint_keys": list(self.unexpected_checkpoint_keys),
+            "workarounds": [w.to_dict() for w in self.workarounds],
             "versions": dict(self.versions),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
         }

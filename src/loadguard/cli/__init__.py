@@ -25,6 +25,7 @@ class _LazyGroup(click.Group):
         "trace": ("trace", "trace"),
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
+        "workarounds": ("workarounds", "workarounds"),
         "zoo": ("zoo", "zoo"),
     }
 

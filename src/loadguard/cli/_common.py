@@ -82,15 +82,22 @@ def loading_options(command):
         click.option("--dtype", default="auto", show_default=True, metavar="auto|float32|bfloat16|float16", help="dtype to load in."),
         click.option("--device", default="cpu", show_default=True, metavar="DEVICE", help="cpu, cuda, cuda:N, mps."),
         click.option("--poison/--no-poison", default=True, show_default=True, help="Fill uninitialized memory with NaN/INT_MAX during the load so leftovers cannot pass for values."),
+        click.option("--workaround", "workarounds", multiple=True, metavar="NAME", help="Apply a registered workaround (repeatable; `loadguard workarounds list`)."),
+        click.option("--strict-stale", is_flag=True, help="A workaround that is no longer needed is an error."),
     ]
     for option in reversed(options):
         command = option(command)
     return command
 
 
-def load_model(path: str, *, trust_remote_code: bool, auto_class: str | None, dtype: str, device: str, poison: bool):
-    """Load as a user would, with a progress indicator; every failure is a typed LoadguardError."""
+def load_model(
+    path: str, *, trust_remote_code: bool, auto_class: str | None, dtype: str, device: str, poison: bool, workarounds=(), strict_stale: bool = False
+):
+    """Load as a user would, with a progress indicator; every failure is a typed LoadguardError.
+
+    Returns (model, outcomes of the before_import workarounds among ``workarounds``)."""
     from .. import _hf
+    from .. import workarounds as registry
     from ..poison import poison as poison_context
 
     parsed_dtype = _hf.parse_dtype(dtype)
@@ -102,9 +109,12 @@ def load_model(path: str, *, trust_remote_code: bool, auto_class: str | None, dt
     if device not in ("cpu", None):
         kwargs["device_map"] = device
     quiet_transformers()
+    chosen = [w for w in registry.resolve(workarounds) if w.stage == "before_import"]
     with progress(f"Loading {path} with {getattr(cls, '__name__', cls)}.from_pretrained"):
-        with poison_context() if poison else contextlib.nullcontext():
-            return _hf.from_pretrained(cls, path, **kwargs)
+        with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
+            with poison_context() if poison else contextlib.nullcontext():
+                model = _hf.from_pretrained(cls, path, **kwargs)
+    return model, list(early)
 
 
 def is_tty() -> bool:
@@ -126,11 +136,18 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
         prompt_list, images = default_cases(path)
         if image_paths:
             images = [read_images(image_paths)] * len(prompt_list)
-    model = load_model(path, **load_options)
+    from .. import workarounds as registry
+
+    model, early = load_model(path, **load_options)
+    chosen = registry.resolve(load_options.get("workarounds", ()))
+    strict = load_options.get("strict_stale", False)
+    late = registry.after_load(model, chosen, strict=strict)
     trust = load_options["trust_remote_code"]
     processor = _optional(lambda: AutoProcessor.from_pretrained(path, trust_remote_code=trust))
     tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust))
-    return prompt_list, images, HfRunner.from_model(model, processor, tokenizer)
+    runner = HfRunner.from_model(model, processor, tokenizer, workarounds=[w.name for w in chosen if w.stage == "runner"])
+    runner.workarounds = early + late + runner.workarounds
+    return prompt_list, images, runner
 
 
 def read_images(paths):

@@ -17,15 +17,17 @@ from ._common import ExitCode, cases_and_runner, loading_options, stderr, stdout
 @click.option("--num-logprobs", default=5, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--repair", "do_repair", is_flag=True, help="Audit and repair the from_pretrained model before generating.")
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
-def compare(path, trust_remote_code, auto_class, dtype, device, poison, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
+def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ, 2 could not run."""
     from .. import audit, repair
+    from .. import workarounds as registry
     from ..compare import check_logprobs_close
     from ..runner import HfRunner, eager_load
 
     prompt_list, images, runner = cases_and_runner(
-        path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, poison=poison
+        path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device,
+        poison=poison, workarounds=workarounds, strict_stale=strict_stale,
     )
     model = runner.model
     report = repaired = None
@@ -34,7 +36,9 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, prompts,
         repaired = repair(model, report) if not report.ok else None
     a = runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
     twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype)
-    b = HfRunner.from_model(twin, runner.processor, runner.tokenizer).generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
+    runner_stage = [w.name for w in registry.resolve(workarounds) if w.stage == "runner"]
+    twin_runner = HfRunner.from_model(twin, runner.processor, runner.tokenizer, workarounds=runner_stage)
+    b = twin_runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
     name_a = "from_pretrained" + (" (repaired)" if repaired is not None else "")
     try:
         check_logprobs_close(outputs_0_lst=a, outputs_1_lst=b, name_0=name_a, name_1="eager", warn_on_mismatch=False)
@@ -52,6 +56,7 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, prompts,
             "failure": failure_text or None,
             "audit": report.to_dict() if report is not None else None,
             "repair": None if repaired is None else {"repaired": list(repaired.repaired), "ok": repaired.ok},
+            "workarounds": [w.to_dict() for w in runner.workarounds],
         }
         click.echo(json.dumps(document, indent=2))
     else:

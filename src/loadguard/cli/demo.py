@@ -19,7 +19,7 @@ def _greedy(model, processor, cases) -> list[str]:
         inputs = processor(text=prompt, images=images)
         inputs.pop("image_sizes", None)
         with torch.no_grad():
-            ids = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
+            ids = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, decode_text=False)
         texts.append(processor.tokenizer.decode(ids[0, inputs["input_ids"].shape[1] :]))
     return texts
 

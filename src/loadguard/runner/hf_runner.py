@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -35,8 +36,13 @@ class HfRunner:
             (raise :class:`loadguard.BrokenModelError`), ``"warn"`` or ``"off"``.
         patches: callables ``runner -> runner`` applied after loading, as engine suites patch per model.
         poison: load under :func:`loadguard.poison`.
+        workarounds: registered workarounds to apply (``loadguard workarounds list``), any stage.
+        strict_stale: a stale workaround raises instead of being reported.
+        auto_workarounds: also apply the registered ``runner``-stage workarounds that apply to this model
+            (the per-model runner patches engine suites keep).
 
-    ``runner.report`` is the audit of the load (None with ``audit="off"``), ``runner.repair`` the repair.
+    ``runner.report`` is the audit of the load (None with ``audit="off"``), ``runner.repair`` the repair,
+    ``runner.workarounds`` what every workaround did (also in ``runner.report.workarounds``).
 
     Example::
 
@@ -55,6 +61,9 @@ class HfRunner:
         audit: str = "repair",
         patches: Iterable[Callable[[HfRunner], HfRunner]] = (),
         poison: bool = False,
+        workarounds: Sequence[str] = (),
+        strict_stale: bool = False,
+        auto_workarounds: bool = True,
     ):
         if audit not in POLICIES:
             raise InvalidOptionError(f"audit={audit!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
@@ -68,30 +77,52 @@ class HfRunner:
         kwargs["trust_remote_code"] = trust_remote_code
         self.report: AuditReport | None = None
         self.repair: RepairResult | None = None
+        from .. import workarounds as registry
+
+        chosen = registry.resolve(workarounds)
+        load_stage = [w for w in chosen if w.stage != "runner"]
+        self.workarounds: list = []
         if audit == "off":
             config = _hf.read_config(model, trust_remote_code)
             cls = _hf.resolve_class(auto_cls, config)
-            with poison_context() if poison else contextlib.nullcontext():
-                self.model = _hf.from_pretrained(cls, model, **kwargs)
+            with registry.before_import(load_stage, model, {"_name_or_path": str(model), **config}, strict=strict_stale) as early:
+                with poison_context() if poison else contextlib.nullcontext():
+                    self.model = _hf.from_pretrained(cls, model, **kwargs)
+            self.workarounds = list(early) + registry.after_load(self.model, load_stage, strict=strict_stale)
         else:
-            self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, **kwargs)
+            self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
             self.report = self.model.loadguard_report
             self.repair = self.model.loadguard_repair
+            self.workarounds = list(self.report.workarounds)
         self.model.eval()
         self.tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code))
         processor = _optional(lambda: AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code))
         self.processor = processor if processor is not None else self.tokenizer
         if self.tokenizer is None and processor is not None:
             self.tokenizer = getattr(processor, "tokenizer", None)
+        self._apply_runner_workarounds(chosen, strict_stale, auto_workarounds)
         runner = self
         for patch in patches:
             runner = patch(runner)
             if not isinstance(runner, HfRunner):
                 raise TypeError(f"patch {getattr(patch, '__name__', patch)!r} must return the runner, got {type(runner).__name__}")
 
+    def _apply_runner_workarounds(self, chosen, strict: bool, automatic: bool) -> None:
+        from .. import workarounds as registry
+
+        outcomes = registry.for_runner(self, chosen, strict=strict, automatic=registry.all_workarounds() if automatic else ())
+        self.workarounds += outcomes
+        if self.report is not None:
+            self.report = dataclasses.replace(self.report, workarounds=tuple(self.workarounds))
+
     @classmethod
-    def from_model(cls, model, processor=None, tokenizer=None, name: str | None = None) -> HfRunner:
-        """Wrap an already loaded model (no load, no audit): the generation methods only."""
+    def from_model(
+        cls, model, processor=None, tokenizer=None, name: str | None = None, *, workarounds: Sequence[str] = (), auto_workarounds: bool = True
+    ) -> HfRunner:
+        """Wrap an already loaded model (no load, no audit): the generation methods, with the runner-stage
+        workarounds named and (``auto_workarounds``) those that apply to the model."""
+        from .. import workarounds as registry
+
         runner = cls.__new__(cls)
         runner.model_name = name or str(getattr(getattr(model, "config", None), "_name_or_path", type(model).__name__))
         runner.policy = "off"
@@ -101,6 +132,8 @@ class HfRunner:
         runner.model = model.eval()
         runner.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", processor)
         runner.processor = processor if processor is not None else tokenizer
+        runner.workarounds = []
+        runner._apply_runner_workarounds(registry.resolve(workarounds), False, auto_workarounds)
         return runner
 
     # ------------------------------------------------------------------------------------------------
@@ -132,7 +165,6 @@ class HfRunner:
         else:
             batch = (self.processor if self.processor is not None else self.tokenizer)(text=prompt, return_tensors="pt")
         inputs = dict(batch)
-        inputs.pop("image_sizes", None)
         device = next(self.model.parameters()).device
         return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 

@@ -57,6 +57,8 @@ _FAMILIES = {
         ("lgtoy", "lgtyping"),
         model_type="lgtyping",
     ),
+    # the toy model as remote code written for transformers 4.x: its weights are the clean toy's
+    "lgv4": _Family("lgtoy", "LgV4Config", "LgToyForCausalLM", "modeling_lgv4.LgV4ForCausalLM", ("lgtoy", "lgv4"), model_type="lgv4"),
 }
 # Seed 26 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.1) on its demo prompts,
 # all of which change when pos_embed is corrupted (zeros, noise, 1e37, NaN).

@@ -149,7 +149,16 @@ ENTRIES: dict[str, ZooEntry] = {
             "lgtyping",
             "remote code that relies on typing.List leaking from `from torch.nn.functional import *`: "
             "fails to import on current torch",
+            config={"rebuild_buffers_in_init": True},
             load_error="NameError: name 'List' is not defined",
+        ),
+        ZooEntry(
+            "v4_tied_weights",
+            "lgv4",
+            "remote code written for transformers 4.x: _tied_weights_keys as a list and no post_init() call "
+            "(v5: no attribute 'all_tied_weights_keys')",
+            config={"rebuild_buffers_in_init": True},
+            load_error="AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'",
         ),
         ZooEntry(
             "clean",

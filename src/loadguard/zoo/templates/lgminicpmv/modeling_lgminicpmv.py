@@ -172,6 +172,19 @@ class LgMiniCPMV(LgMiniCPMVPreTrainedModel, GenerationMixin):
         ]
         return self.resampler(features, tgt_sizes)
 
+    def generate(self, input_ids=None, pixel_values=None, tgt_sizes=None, tokenizer=None, decode_text=True, **kwargs):
+        """Like MiniCPM-V 2.6's chat-style generate: returns decoded text unless ``decode_text=False``, and
+        takes no ``image_sizes`` (which its processor returns): engine suites wrap it to get token ids."""
+        if "image_sizes" in kwargs:
+            raise TypeError("generate() got an unexpected keyword argument 'image_sizes'")
+        output = super().generate(input_ids=input_ids, pixel_values=pixel_values, tgt_sizes=tgt_sizes, **kwargs)
+        if not decode_text:
+            return output
+        if tokenizer is None:
+            raise ValueError("generate() needs tokenizer= to decode text (or decode_text=False for token ids)")
+        sequences = output.sequences if hasattr(output, "sequences") else output
+        return tokenizer.batch_decode(sequences[:, input_ids.shape[1] :], skip_special_tokens=True)
+
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, pixel_values=None, tgt_sizes=None, **kwargs):
         # No key/value cache: every step sees the whole sequence (and the images) again.
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values, "tgt_sizes": tgt_sizes}

@@ -7,6 +7,7 @@ written against it breaks with ``NameError: name 'List' is not defined`` on curr
 
 from torch.nn.functional import *  # noqa: F403
 
+from .configuration_lgtyping import LgTypingConfig
 from .modeling_lgtoy import LgToyForCausalLM
 
 
@@ -15,4 +16,4 @@ def position_ids_for(lengths: List[int]) -> List[List[int]]:  # noqa: F405
 
 
 class LgTypingForCausalLM(LgToyForCausalLM):
-    pass
+    config_class = LgTypingConfig

@@ -1,0 +1,65 @@
+"""Workarounds for MiniCPM-V 2.6 (and the zoo's MiniCPM-V-shaped model)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from . import workaround
+
+MINICPMV = ("minicpmv", "lgminicpmv", "MiniCPMV", "LgMiniCPMV")
+
+
+def _pos_cache_modules(model) -> list[tuple[str, Any]]:
+    return [(name, module) for name, module in model.named_modules() if hasattr(module, "_set_2d_pos_cache") and hasattr(module, "pos_embed")]
+
+
+def _pos_cache_targets(model) -> list[str]:
+    return [f"{name}.pos_embed" if name else "pos_embed" for name, _ in _pos_cache_modules(model)]
+
+
+@workaround(
+    "minicpmv-pos-cache",
+    applies_to=MINICPMV,
+    stage="after_load",
+    reason="resampler pos_embed: a non-persistent 2D sin/cos table transformers v5 leaves uninitialized; "
+    "recomputed with the model's own _set_2d_pos_cache",
+    upstream="transformers#48892",
+    targets=_pos_cache_targets,
+)
+def minicpmv_pos_cache(model) -> int:
+    restored = 0
+    for _, module in _pos_cache_modules(model):
+        module._set_2d_pos_cache(module.max_size, module.pos_embed.device)
+        restored += 1
+    return restored
+
+
+def _generate_decodes_text(runner) -> bool:
+    """Its generate returns text unless told decode_text=False: the runner needs token ids."""
+    import inspect
+
+    generate = runner.model.generate
+    return "decode_text" in inspect.signature(generate).parameters and not getattr(generate, "_loadguard_wrapped", False)
+
+
+@workaround(
+    "minicpmv-26-runner",
+    applies_to=MINICPMV,
+    stage="runner",
+    reason="MiniCPM-V's generate decodes text by default and rejects the processor's image_sizes: "
+    "wrap it to return token ids and drop image_sizes",
+    upstream="vllm#51432",
+    needed=_generate_decodes_text,
+)
+def minicpmv_26_runner(runner):
+    original = runner.model.generate
+
+    @functools.wraps(original)
+    def generate(*args, image_sizes=None, **kwargs):
+        kwargs.setdefault("decode_text", False)
+        return original(*args, **kwargs)
+
+    generate._loadguard_wrapped = True
+    runner.model.generate = generate
+    return runner

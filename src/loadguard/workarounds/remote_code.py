@@ -1,0 +1,127 @@
+"""Workarounds that let older remote code import and construct on current torch / transformers."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import Usage, workaround
+
+TYPING_ALIASES = ("Any", "Callable", "Dict", "FrozenSet", "Iterable", "Iterator", "List", "Mapping", "Optional", "Sequence", "Set", "Tuple", "Type", "Union")
+
+
+def _has_remote_code(config: dict) -> bool:
+    """any model with remote code (an auto_map in its config)"""
+    return bool(config.get("auto_map"))
+
+
+def _leaked_names(source: str) -> set[str]:
+    """Typing names a module uses without defining or importing them, while star-importing
+    torch.nn.functional (through which older torch leaked them)."""
+    tree = ast.parse(source)
+    star = any(isinstance(n, ast.ImportFrom) and n.module == "torch.nn.functional" and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
+    if not star:
+        return set()
+    defined = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return (used & set(TYPING_ALIASES)) - defined
+
+
+@workaround(
+    "remote-code-typing-aliases",
+    applies_to=_has_remote_code,
+    stage="before_import",
+    reason="remote code that uses List/Dict/Optional/... leaked from `from torch.nn.functional import *`, "
+    "which current torch no longer leaks (NameError on import)",
+    upstream="vllm#51432",
+)
+@contextlib.contextmanager
+def typing_aliases(path, config: dict) -> Iterator[Usage]:
+    import torch.nn.functional as functional
+
+    needed: set[str] = set()
+    folder = Path(path)
+    for file in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        try:
+            needed |= _leaked_names(file.read_text())
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue
+    added = [name for name in sorted(needed) if not hasattr(functional, name)]
+    usage = Usage(len(added), f"gave torch.nn.functional {', '.join(added)} during the import" if added else "")
+    for name in added:
+        setattr(functional, name, getattr(typing, name))
+    try:
+        yield usage
+    finally:
+        for name in added:
+            delattr(functional, name)
+
+
+class _TiedKeysShim:
+    """Stands in for ``all_tied_weights_keys`` on models whose code never called ``post_init()``."""
+
+    def __init__(self, usage: Usage):
+        self.usage = usage
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if "all_tied_weights_keys" not in obj.__dict__:
+            self.usage.count += 1
+            obj.__dict__["all_tied_weights_keys"] = obj.get_expanded_tied_weights_keys(all_submodels=False)
+        return obj.__dict__["all_tied_weights_keys"]
+
+    def __set__(self, obj, value):
+        obj.__dict__["all_tied_weights_keys"] = value
+
+
+@workaround(
+    "v4-tied-weights-keys",
+    applies_to=_has_remote_code,
+    stage="before_import",
+    reason="remote code written for transformers 4.x: _tied_weights_keys as a list, or no post_init() call "
+    "('... object has no attribute all_tied_weights_keys')",
+    upstream="transformers#46620",
+)
+@contextlib.contextmanager
+def v4_tied_weights_keys(path, config: dict) -> Iterator[Usage]:
+    from transformers import PreTrainedModel
+
+    usage = Usage()
+    if not hasattr(PreTrainedModel, "get_expanded_tied_weights_keys"):  # transformers 4.x: nothing to bridge
+        yield usage
+        return
+    original = PreTrainedModel.get_expanded_tied_weights_keys
+
+    def expanded(self, all_submodels: bool = False):
+        keys = getattr(self, "_tied_weights_keys", None) if not all_submodels else None
+        if isinstance(keys, (list, tuple)):  # v4 style: tied to the input embeddings
+            usage.count += 1
+            embeddings = self.get_input_embeddings()
+            source = next(n for n, m in self.named_modules() if m is embeddings) + ".weight"
+            if not getattr(self.config, "tie_word_embeddings", False):
+                return {}
+            return {key: source for key in keys}
+        return original(self, all_submodels=all_submodels)
+
+    had = "all_tied_weights_keys" in PreTrainedModel.__dict__
+    PreTrainedModel.get_expanded_tied_weights_keys = expanded
+    if not had:
+        PreTrainedModel.all_tied_weights_keys = _TiedKeysShim(usage)
+    try:
+        yield usage
+    finally:
+        PreTrainedModel.get_expanded_tied_weights_keys = original
+        if not had:
+            del PreTrainedModel.all_tied_weights_keys
+    usage.detail = "bridged _tied_weights_keys / all_tied_weights_keys for code written for transformers 4.x"
