@@ -13,7 +13,7 @@ from loadguard.compare import check_logprobs_close, check_outputs_equal
 from loadguard.errors import StaleWorkaroundError, WorkaroundError
 from loadguard.runner import HfRunner, default_cases
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, load
+from .conftest import IS_V5, TRANSFORMERS_VERSION, forget_remote_code, load
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not need these workarounds")
 MINICPMV = ["minicpmv-pos-cache", "minicpmv-26-runner"]
@@ -79,8 +79,10 @@ def test_unknown_workaround(zoo_folder):
 def test_typing_aliases_make_the_import_work_and_restore_torch(zoo_folder):
     import torch.nn.functional as functional
 
+    forget_remote_code("lgtyping")
     with pytest.raises(loadguard.LoadguardError, match="NameError: name 'List' is not defined"):
         loadguard.load("AutoModelForCausalLM", zoo_folder("typing_alias"), trust_remote_code=True)
+    forget_remote_code("lgtyping")
     model = loadguard.load("AutoModelForCausalLM", zoo_folder("typing_alias"), trust_remote_code=True, workarounds=["remote-code-typing-aliases"])
     outcome = outcomes(model)["remote-code-typing-aliases"]
     assert outcome.status == "applied" and outcome.fixed == 1 and "List" in outcome.detail
