@@ -93,6 +93,12 @@ def _matched_prefix(ids_0: Sequence[int], ids_1: Sequence[int]) -> int:
     return n
 
 
+def _notify(kind: str, outputs_0_lst, outputs_1_lst, result: ComparisonResult, tolerance: float | None) -> None:
+    from . import _observers
+
+    _observers.notify("compare", kind=kind, outputs_0=outputs_0_lst, outputs_1=outputs_1_lst, result=result, tolerance=tolerance)
+
+
 def _raise_if_failed(result: ComparisonResult) -> ComparisonResult:
     if not result.ok:
         lines = [f"{len(result.failures)} of {len(result.prompts)} prompt(s) differ between {result.name_0} and {result.name_1}:"]
@@ -137,7 +143,9 @@ def check_outputs_equal(
                 f"  {name_1}: {_show(ids_1, text_1, divergence)}"
             )
         prompts.append(PromptComparison(index, same, prefix, divergence, tokens, message))
-    return _raise_if_failed(ComparisonResult(name_0, name_1, tuple(prompts)))
+    result = ComparisonResult(name_0, name_1, tuple(prompts))
+    _notify("outputs_equal", outputs_0_lst, outputs_1_lst, result, None)
+    return _raise_if_failed(result)
 
 
 def _logprob(value: Any) -> float:
@@ -256,4 +264,6 @@ def check_logprobs_close(
             if warn_on_mismatch:
                 warnings.warn(note, stacklevel=2)
         prompts.append(PromptComparison(index, not failure, prefix, divergence, tokens, failure, tuple(notes)))
-    return _raise_if_failed(ComparisonResult(name_0, name_1, tuple(prompts)))
+    result = ComparisonResult(name_0, name_1, tuple(prompts))
+    _notify("logprobs_close", outputs_0_lst, outputs_1_lst, result, near_tie)
+    return _raise_if_failed(result)

@@ -81,6 +81,9 @@ class BrokenModelError(LoadguardError):
         super().__init__(message, hint)
         self.report = report
 
+    def __str__(self) -> str:  # a test failure shows the fix too
+        return f"{self.message}\nHint: {self.hint}"
+
 
 class WorkaroundError(LoadguardError):
     """A workaround that is unknown, does not apply to the model, or applied and fixed nothing."""

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from . import _hf
+from . import _hf, _observers
 from .audit import audit
 from .errors import BrokenModelError, InvalidOptionError
 from .poison import poison as poison_context
@@ -78,9 +78,13 @@ def load(
     config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
     _hf.check_checkpoint(path)
     cls = _hf.resolve_class(model_class, config)
-    with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
-        with poison_context() if poison else contextlib.nullcontext():
-            model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+    token = _observers.inside_load.set(True)
+    try:
+        with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
+            with poison_context() if poison else contextlib.nullcontext():
+                model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+    finally:
+        _observers.inside_load.reset(token)
     as_loaded = audit(model, checkpoint)
     outcomes = list(early) + registry.after_load(model, chosen, as_loaded, strict=strict_stale)
     changed = any(o.status == "applied" and o.stage == "after_load" for o in outcomes)
@@ -89,15 +93,19 @@ def load(
     model.loadguard_report = report
     model.loadguard_repair = None
     if report.ok:
+        _observers.notify("load", report=report, repair=None, policy=on_problem)
         return model
     message = describe_failures(report)
     if on_problem == "raise":
+        _observers.notify("load", report=report, repair=None, policy=on_problem)
         raise BrokenModelError(report, message, _hint(report))
     if on_problem == "warn":
+        _observers.notify("load", report=report, repair=None, policy=on_problem)
         warnings.warn(LoadguardWarning(f"{message}. {_hint(report)}"), stacklevel=2)
         return model
     result = repair(model, report)
     model.loadguard_repair = result
+    _observers.notify("load", report=report, repair=result, policy=on_problem)
     if not result.ok:
         left = ", ".join(f"{u.tensor}: {u.reason}" for u in result.unrepaired) or describe_failures(result.after)
         raise BrokenModelError(report, f"{message}; repair left it broken ({left})", "fix the model's _init_weights or its checkpoint")

@@ -25,6 +25,7 @@ class _LazyGroup(click.Group):
         "trace": ("trace", "trace"),
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
+        "repeat": ("repeat", "repeat"),
         "workarounds": ("workarounds", "workarounds"),
         "zoo": ("zoo", "zoo"),
     }

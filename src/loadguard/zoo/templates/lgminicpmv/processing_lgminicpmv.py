@@ -1,7 +1,10 @@
 """Processor (tokenizer + image processor) of the MiniCPM-V-2.6-shaped loadguard zoo model (remote code)."""
 
+import transformers
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import ProcessorMixin
+
+_V4 = int(transformers.__version__.split(".")[0]) < 5
 
 
 class LgMiniCPMVProcessor(ProcessorMixin):
@@ -9,8 +12,9 @@ class LgMiniCPMVProcessor(ProcessorMixin):
     expanded to ``<im_start>`` + ``query_num`` ``<slot>`` tokens + ``<im_end>``."""
 
     attributes = ["image_processor", "tokenizer"]
-    image_processor_class = "AutoImageProcessor"
-    tokenizer_class = "AutoTokenizer"
+    if _V4:  # transformers 4.x finds sub-processors through these; 5.x reads __init__ and warns about them
+        image_processor_class = "AutoImageProcessor"
+        tokenizer_class = "AutoTokenizer"
 
     def __init__(self, image_processor=None, tokenizer=None, query_num: int = 8, **kwargs):
         self.query_num = query_num

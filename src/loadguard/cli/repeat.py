@@ -1,0 +1,131 @@
+"""``loadguard repeat -n N -- <pytest args>``: run tests N times, each in a fresh process, and tell a real
+flake from a deterministic bug: pass rate, distinct outcomes, a fingerprint per run, where runs differ.
+
+Each run is a new interpreter, so every model load gets fresh memory, as separate CI runs do; repeating
+inside one process (pytest-repeat) would hand later loads the memory freed by earlier ones and hide or
+fake the variation this command exists to measure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import click
+
+from ._common import ExitCode, progress, stderr, stdout
+
+
+def _first_difference(tokens_a: list, tokens_b: list) -> tuple[int, int] | None:
+    """(prompt, token position) of the first differing token between two runs' outputs."""
+    for prompt, (a, b) in enumerate(zip(tokens_a, tokens_b)):
+        for position, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return prompt, position
+        if len(a) != len(b):
+            return prompt, min(len(a), len(b))
+    return None
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per test: pass rate, distinct outcomes, fingerprints per run, first run and token where they differ."""
+    tests: dict[str, dict] = {}
+    for index, run in enumerate(runs):
+        for nodeid, result in run.items():
+            tests.setdefault(nodeid, {"runs": {}})["runs"][index] = result
+    out = {}
+    for nodeid, data in sorted(tests.items()):
+        results = [data["runs"].get(i) for i in range(len(runs))]
+        present = [r for r in results if r is not None]
+        fingerprints = [r["fingerprint"] if r else None for r in results]
+        first = present[0]
+        first_run = next((i for i, r in enumerate(results) if r is not None and r["fingerprint"] != first["fingerprint"]), None)
+        token = None
+        if first_run is not None:
+            where = _first_difference(first["tokens"], results[first_run]["tokens"])
+            token = {"prompt": where[0], "position": where[1]} if where else None
+        passed = sum(1 for r in present if r["outcome"] == "passed")
+        out[nodeid] = {
+            "runs": len(present),
+            "passed": passed,
+            "pass_rate": passed / len(present) if present else 0.0,
+            "distinct_outcomes": len({f for f in fingerprints if f is not None}),
+            "fingerprints": fingerprints,
+            "outcomes": [r["outcome"] if r else None for r in results],
+            "first_differing_run": first_run,
+            "first_differing_token": token,
+            "messages": sorted({r["message"] for r in present if r["message"]}),
+            "findings": sorted({f"{f['tensor']} {f['status']}" for r in present for f in r.get("findings", [])}),
+        }
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("-n", "--runs", "count", type=click.IntRange(1, 1000), default=10, show_default=True, help="How many times to run.")
+@click.option("--poison", is_flag=True, help="Run loads under loadguard.poison() (--loadguard-poison).")
+@click.option("--loadguard", "policy", type=click.Choice(["off", "warn", "fail", "repair"]), default="off", show_default=True, help="The plugin's policy in every run.")
+@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+def repeat(count, poison, policy, fmt, pytest_args):
+    """Run the selected tests N times in fresh processes; report pass rate and fingerprints per test.
+
+    Exit 0: every test passed in every run; 1: some run failed; 2: could not run.
+    """
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="loadguard-repeat-") as workdir:
+        for index in range(count):
+            record = os.path.join(workdir, f"run-{index}.json")
+            command = [sys.executable, "-m", "pytest", *pytest_args, "-q", "-p", "no:cacheprovider", f"--loadguard={policy}", f"--loadguard-record={record}"]
+            if poison:
+                command.append("--loadguard-poison")
+            with progress(f"run {index + 1} of {count}", after=0.0 if fmt == "human" and stderr().is_terminal else 1e9):
+                completed = subprocess.run(command, capture_output=True, text=True)
+            if not os.path.exists(record):
+                tail = (completed.stdout + completed.stderr).strip().splitlines()[-3:]
+                from ..errors import LoadguardError
+
+                raise LoadguardError(
+                    f"pytest did not run (exit {completed.returncode}): {' | '.join(tail)}",
+                    "check the pytest arguments after --, and that the loadguard plugin is installed in this environment",
+                )
+            with open(record) as handle:
+                runs.append(json.load(handle))
+    tests = summarize(runs)
+    if not tests:
+        from ..errors import LoadguardError
+
+        raise LoadguardError("the pytest arguments selected no tests", "pass test paths or -k expressions after --")
+    flawless = all(t["passed"] == t["runs"] for t in tests.values())
+    if fmt == "json":
+        click.echo(json.dumps({"runs": count, "poison": poison, "policy": policy, "ok": flawless, "tests": tests}, indent=2))
+    else:
+        from rich.table import Table
+
+        table = Table(header_style="bold")
+        table.add_column("test", overflow="fold", ratio=3)
+        for column in ("pass rate", "distinct outcomes", "first differing run", "first differing token"):
+            table.add_column(column, overflow="fold", ratio=1)
+        table.add_column("fingerprints", overflow="fold", ratio=3)
+        for nodeid, t in tests.items():
+            token = t["first_differing_token"]
+            table.add_row(
+                nodeid.split("::")[-1],
+                f"{t['passed']}/{t['runs']}",
+                str(t["distinct_outcomes"]),
+                "-" if t["first_differing_run"] is None else str(t["first_differing_run"]),
+                "-" if token is None else f"prompt {token['prompt']}, token {token['position']}",
+                " ".join((f or "-")[:8] for f in t["fingerprints"][:8]) + (" ..." if len(t["fingerprints"]) > 8 else ""),
+            )
+        out = stdout()
+        out.print(table)
+        for nodeid, t in tests.items():
+            for finding in t["findings"]:
+                out.print(f"{nodeid.split('::')[-1]}: loadguard found {finding}", highlight=False)
+        verdict = "stable: every run passed" if flawless else (
+            "flaky: outcomes differ between runs" if any(t["distinct_outcomes"] > 1 for t in tests.values()) else "failing the same way every run"
+        )
+        out.print(verdict, highlight=False)
+    return ExitCode.CLEAN if flawless else ExitCode.FINDINGS

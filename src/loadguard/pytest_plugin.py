@@ -1,0 +1,335 @@
+"""The loadguard pytest plugin: every reference load audited, every comparison fingerprinted.
+
+Options:
+  --loadguard=off|warn|fail|repair   audit every ``PreTrainedModel.from_pretrained`` made during the session
+                                     (any auto class, any helper): ``fail`` fails the test that loaded a broken
+                                     model, naming the tensors; ``repair`` repairs and records; ``warn`` warns.
+  --loadguard-poison                 loads inside tests run under ``loadguard.poison()``.
+  --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``).
+
+Marker: ``@pytest.mark.loadguard(policy="repair", workarounds=["minicpmv-pos-cache"], strict_stale=True)``.
+Fixtures: ``hf_runner`` (``with hf_runner(path, trust_remote_code=True) as r:``; policy, poison and
+workarounds come from the options and marker), ``loadguard_report`` (the audits of the current test's loads).
+The patch of ``from_pretrained`` lives for the session only and is undone at its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+POLICIES = ("off", "warn", "fail", "repair")
+_RUNNER_POLICY = {"off": "off", "warn": "warn", "fail": "raise", "repair": "repair"}
+
+
+@dataclass
+class _TestRecord:
+    loads: list = field(default_factory=list)  # (report, repair result or None)
+    comparisons: list = field(default_factory=list)  # payloads of compare events
+
+
+@dataclass
+class _Session:
+    policy: str = "off"
+    poison: bool = False
+    record_path: str | None = None
+    current: Any = None  # the running test item
+    records: dict = field(default_factory=dict)  # nodeid -> _TestRecord
+    results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes
+    undo: list = field(default_factory=list)
+
+
+_sessions: list[_Session] = []  # a stack: pytester can run a pytest session inside another
+
+
+def _current_session() -> _Session:
+    return _sessions[-1] if _sessions else _Session()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("loadguard", "audit Hugging Face model loads (loadguard)")
+    group.addoption("--loadguard", choices=POLICIES, default="off", help="audit every from_pretrained: off, warn, fail or repair (default: off)")
+    group.addoption("--loadguard-poison", action="store_true", default=False, help="run model loads under loadguard.poison() (leftover memory becomes NaN)")
+    group.addoption("--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "loadguard(policy=None, workarounds=(), strict_stale=False): per-test loadguard policy and workarounds",
+    )
+    session = _Session(
+        policy=config.getoption("--loadguard"),
+        poison=config.getoption("--loadguard-poison"),
+        record_path=config.getoption("--loadguard-record"),
+    )
+    _sessions.append(session)
+    from . import _observers
+
+    session.undo.append(_observers.listen(functools.partial(_on_event, session)))
+    _install_patch(session)
+
+
+def pytest_unconfigure(config):
+    if not _sessions:
+        return
+    session = _sessions.pop()
+    while session.undo:
+        session.undo.pop()()
+    if session.record_path:
+        with open(session.record_path, "w") as handle:
+            json.dump(session.results, handle, indent=2)
+
+
+# ----------------------------------------------------------------------------------------------------
+# per-test settings
+
+
+def _marker(item) -> dict:
+    marker = item.get_closest_marker("loadguard") if item is not None else None
+    return dict(marker.kwargs) if marker is not None else {}
+
+
+def _policy(item, session: _Session | None = None) -> str:
+    policy = _marker(item).get("policy") or (session or _current_session()).policy
+    if policy not in POLICIES:
+        raise pytest.UsageError(f"loadguard marker: policy={policy!r} is not one of {POLICIES}")
+    return policy
+
+
+def _on_event(session: _Session, event: str, payload: dict) -> None:
+    item = session.current
+    if item is None:
+        return
+    record = session.records.setdefault(item.nodeid, _TestRecord())
+    if event == "load":
+        record.loads.append((payload["report"], payload.get("repair")))
+    elif event == "compare":
+        record.comparisons.append(payload)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the from_pretrained patch
+
+
+def _install_patch(session: _Session) -> None:
+    from transformers import PreTrainedModel
+
+    original = PreTrainedModel.__dict__["from_pretrained"]
+    function = original.__func__
+
+    @functools.wraps(function)
+    def from_pretrained(cls, *args, **kwargs):
+        from . import _observers
+
+        item = session.current
+        policy = _policy(item, session)
+        if _observers.inside_load.get() or item is None or (policy == "off" and not session.poison):
+            return function(cls, *args, **kwargs)  # loadguard.load audits itself; outside tests: untouched
+        from .poison import poison
+
+        with poison() if session.poison else contextlib.nullcontext():
+            model = function(cls, *args, **kwargs)
+        _audit_load(model, policy, item)
+        return model
+
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+
+    def undo():
+        PreTrainedModel.from_pretrained = original
+
+    session.undo.append(undo)
+
+
+def _audit_load(model, policy: str, item) -> None:
+    from . import _observers
+    from . import workarounds as registry
+    from .audit import audit
+    from .load import describe_failures
+    from .repair import repair
+
+    settings = _marker(item)
+    report = audit(model)
+    chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
+    outcomes = registry.after_load(model, chosen, report, strict=bool(settings.get("strict_stale", False)))
+    if any(o.status == "applied" for o in outcomes):
+        report = audit(model)
+    report = dataclasses.replace(report, workarounds=tuple(outcomes))
+    model.loadguard_report = report
+    result = None
+    if not report.ok and policy == "repair":
+        result = repair(model, report)
+    _observers.notify("load", report=report, repair=result, policy=policy)
+    if report.ok or policy in ("off", "repair"):
+        return
+    message = describe_failures(report)
+    hint = (
+        "repair it (--loadguard=repair, or loadguard.load(..., on_problem='repair')), or fix the model's _init_weights "
+        "so it rebuilds these tensors"
+    )
+    if policy == "warn":
+        from .load import LoadguardWarning
+
+        warnings.warn(LoadguardWarning(f"{message}. {hint}"), stacklevel=3)
+        return
+    pytest.fail(f"loadguard: {message}\nHint: {hint}", pytrace=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture
+def loadguard_report(request) -> list:
+    """The audit reports of the models the current test loaded so far (a live list)."""
+    record = _current_session().records.setdefault(request.node.nodeid, _TestRecord())
+    return _LiveReports(record)
+
+
+class _LiveReports(list):
+    def __init__(self, record: _TestRecord):
+        super().__init__()
+        self._record = record
+
+    def _sync(self):
+        self[:] = [report for report, _ in self._record.loads]
+
+    def __iter__(self):
+        self._sync()
+        return super().__iter__()
+
+    def __len__(self):
+        self._sync()
+        return super().__len__()
+
+    def __getitem__(self, index):
+        self._sync()
+        return super().__getitem__(index)
+
+
+@pytest.fixture
+def hf_runner(request):
+    """The HfRunner class with this session's policy, poison and the test's workarounds applied."""
+    from .runner import HfRunner
+
+    settings = _marker(request.node)
+    session = _current_session()
+
+    def make(model, *args, **kwargs):
+        kwargs.setdefault("audit", _RUNNER_POLICY[_policy(request.node, session)])
+        kwargs.setdefault("poison", session.poison)
+        kwargs.setdefault("workarounds", tuple(settings.get("workarounds", ())))
+        kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
+        from .errors import BrokenModelError
+
+        try:
+            return HfRunner(model, *args, **kwargs)
+        except BrokenModelError as error:  # --loadguard=fail: one clear failure, not a traceback into loadguard
+            pytest.fail(f"loadguard: {error}", pytrace=False)
+
+    return make
+
+
+# ----------------------------------------------------------------------------------------------------
+# test lifecycle, fingerprints, summary
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    session = _current_session()
+    session.current = item
+    try:
+        yield
+    finally:
+        session.current = None
+
+
+def fingerprint(comparisons: list) -> tuple[str | None, list]:
+    """Hash of the generated token ids and of the logprobs rounded to the comparison tolerance; also the
+    first side's token ids per prompt (to locate where runs differ)."""
+    if not comparisons:
+        return None, []
+    digest = hashlib.sha256()
+    tokens = []
+    for payload in comparisons:
+        tolerance = payload.get("tolerance") or 0.01
+        decimals = max(0, min(6, -int(f"{tolerance:e}".split("e")[1])))
+        for side in ("outputs_0", "outputs_1"):
+            for output in payload[side]:
+                ids = [int(t) for t in output[0]]
+                digest.update(json.dumps(ids).encode())
+                if side == "outputs_0":
+                    tokens.append(ids)
+                if len(output) == 3:
+                    steps = [{str(k): round(float(getattr(v, "logprob", v)), decimals) for k, v in sorted((step or {}).items())} for step in output[2]]
+                    digest.update(json.dumps(steps).encode())
+    return digest.hexdigest()[:16], tokens
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    session = _current_session()
+    record = session.records.get(item.nodeid)
+    if record is not None and record.loads and report.failed:
+        lines = []
+        for audit_report, repaired in record.loads:
+            if audit_report.ok:
+                lines.append(f"{audit_report.model}: loaded clean")
+                continue
+            for finding in audit_report.failures:
+                lines.append(f"{audit_report.model}: {finding.tensor} {finding.status} ({finding.detail})")
+            if repaired is not None:
+                lines.append(f"  repaired: {', '.join(repaired.repaired)}; clean after repair: {repaired.ok}")
+        report.sections.append(("loadguard: models loaded by this test", "\n".join(lines)))
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        comparisons = record.comparisons if record is not None else []
+        digest, tokens = fingerprint(comparisons)
+        message = ""
+        if report.failed:
+            message = str(getattr(call.excinfo, "value", "")).strip().splitlines()[0][:300] if call.excinfo else "failed"
+        session.results[item.nodeid] = {
+            "outcome": report.outcome,
+            "fingerprint": digest or hashlib.sha256(f"{report.outcome}:{message}".encode()).hexdigest()[:16],
+            "from_outputs": digest is not None,
+            "tokens": tokens,
+            "message": message,
+            "findings": [
+                {"model": r.model, "tensor": f.tensor, "status": f.status} for r, _ in (record.loads if record else []) for f in r.failures
+            ],
+        }
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    session = _current_session()
+    if session.policy == "off" and not session.poison:
+        return
+    records = [r for r in session.records.values() if r.loads]
+    loads = [(report, repaired) for r in records for report, repaired in r.loads]
+    terminalreporter.section("loadguard")
+    terminalreporter.write_line(f"policy {session.policy}, poison {'on' if session.poison else 'off'}: {len(loads)} model load(s) audited")
+    by_model: dict[str, list] = {}
+    for report, repaired in loads:
+        by_model.setdefault(report.model, []).append((report, repaired))
+    for model, items in sorted(by_model.items()):
+        broken = [r for r, _ in items if not r.ok]
+        tensors = sorted({f.tensor for r in broken for f in r.failures})
+        line = f"  {model}: {len(items)} load(s), {len(broken)} broken"
+        if tensors:
+            line += f" ({', '.join(tensors)})"
+        repaired = sum(1 for _, rep in items if rep is not None and rep.ok)
+        if repaired:
+            line += f", {repaired} repaired"
+        terminalreporter.write_line(line)
+    stale = sorted({(w.name, w.detail) for report, _ in loads for w in report.workarounds if w.status == "stale"})
+    for name, detail in stale:
+        terminalreporter.write_line(f"  stale workaround {name}: {detail}")

@@ -1,0 +1,160 @@
+"""The pytest plugin and the flakiness runner, run for real with pytester on the example engine suite."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+
+pytest_plugins = ["pytester"]
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "engine_suite"
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break the example model")
+
+
+@pytest.fixture
+def suite(pytester):
+    for file in EXAMPLE.glob("*.py"):
+        shutil.copy(file, pytester.path / file.name)
+    return pytester
+
+
+def test_plugin_is_registered_with_its_options_and_marker(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*--loadguard={off,warn,fail,repair}*", "*--loadguard-poison*"])
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["*@pytest.mark.loadguard(policy=None, workarounds=(), strict_stale=False)*"])
+
+
+@needs_v5
+def test_repair_makes_every_case_pass_and_summarizes(suite):
+    result = suite.runpytest_subprocess("--loadguard=repair", "--strict-markers")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*loadguard*", "*policy repair, poison off: 6 model load(s) audited*", "*6 load(s), 6 broken (resampler.pos_embed), 6 repaired*"])
+
+
+@needs_v5
+def test_poison_fails_every_case_the_same_way_naming_pos_embed(suite):
+    result = suite.runpytest_subprocess("--loadguard-poison")
+    result.assert_outcomes(failed=6)
+    assert result.stdout.str().count("resampler.pos_embed uninitialized (156800 of 156800 values are NaN)") == 6
+    assert result.stdout.str().count("non-finite logprob") >= 6
+
+
+@needs_v5
+def test_fail_policy_names_the_tensor_and_the_fix(suite):
+    result = suite.runpytest_subprocess("--loadguard=fail")
+    result.assert_outcomes(failed=6)
+    out = result.stdout.str()
+    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (" in out
+    assert "Hint: repair it in memory with loadguard.repair" in out and "_init_weights" in out
+
+
+@needs_v5
+def test_marker_workarounds_and_strict_stale(suite):
+    suite.makepyfile(
+        test_marked="""
+        import pytest
+        from loadguard import zoo
+
+        @pytest.mark.loadguard(policy="fail", workarounds=["minicpmv-pos-cache"])
+        def test_workaround_fixes_it(hf_runner, tmp_path, loadguard_report):
+            path = zoo.build("minicpmv_like", tmp_path / "m")
+            with hf_runner(path, trust_remote_code=True) as hf:
+                assert hf.report.ok
+                assert [w.status for w in hf.workarounds] == ["applied", "applied"]
+
+        @pytest.mark.loadguard(workarounds=["minicpmv-pos-cache"], strict_stale=True)
+        def test_stale_is_an_error(hf_runner, tmp_path):
+            path = zoo.build("minicpmv_like_fixed", tmp_path / "m")
+            with hf_runner(path, trust_remote_code=True):
+                pass
+
+        def test_plain_from_pretrained_is_audited(tmp_path, loadguard_report):
+            from transformers import AutoModelForCausalLM
+            path = zoo.build("np_buffer", tmp_path / "m")
+            AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+        """
+    )
+    result = suite.runpytest_subprocess("test_marked.py", "--loadguard=fail", "--loadguard-poison", "--strict-markers")
+    result.assert_outcomes(passed=1, failed=2)
+    out = result.stdout.str()
+    assert "StaleWorkaroundError" in out and "preserves resampler.pos_embed" in out
+    assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized)" in out
+
+
+def test_loadguard_report_fixture_and_patch_undone(pytester):
+    from transformers import PreTrainedModel
+
+    before = PreTrainedModel.__dict__["from_pretrained"]
+    pytester.makepyfile(
+        """
+        from loadguard import zoo
+
+        def test_reports(tmp_path, loadguard_report):
+            from transformers import AutoModelForCausalLM
+            path = zoo.build("clean", tmp_path / "m")
+            AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+            assert len(loadguard_report) == 1 and loadguard_report[0].ok
+        """
+    )
+    result = pytester.runpytest_inprocess("--loadguard=repair", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert PreTrainedModel.__dict__["from_pretrained"] is before
+
+
+def run_repeat(pytester, *args):
+    from loadguard.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["repeat", *args, "--format", "json", "--", str(pytester.path), "-k", "small"])
+    return info.value.code
+
+
+@needs_v5
+def test_repeat_repair_is_stable_with_one_fingerprint(suite, capsys):
+    code = run_repeat(suite, "-n", "2", "--loadguard", "repair")
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0 and document["ok"] is True and len(document["tests"]) == 2
+    for test in document["tests"].values():
+        assert test["pass_rate"] == 1.0 and test["distinct_outcomes"] == 1 and test["first_differing_run"] is None
+        assert test["fingerprints"][0] == test["fingerprints"][1]
+
+
+@needs_v5
+def test_repeat_poison_fails_identically_every_run(suite, capsys):
+    code = run_repeat(suite, "-n", "2", "--poison")
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["ok"] is False
+    for test in document["tests"].values():
+        assert test["passed"] == 0 and test["distinct_outcomes"] == 1
+        assert test["findings"] == ["resampler.pos_embed uninitialized"]
+
+
+def test_repeat_summary_locates_the_first_difference():
+    from loadguard.cli.repeat import summarize
+
+    runs = [
+        {"t": {"outcome": "passed", "fingerprint": "a", "tokens": [[1, 2, 3]], "message": "", "findings": []}},
+        {"t": {"outcome": "passed", "fingerprint": "a", "tokens": [[1, 2, 3]], "message": "", "findings": []}},
+        {"t": {"outcome": "failed", "fingerprint": "b", "tokens": [[1, 2, 9]], "message": "AssertionError", "findings": []}},
+    ]
+    (summary,) = summarize(runs).values()
+    assert summary["pass_rate"] == 2 / 3 and summary["distinct_outcomes"] == 2
+    assert summary["first_differing_run"] == 2 and summary["first_differing_token"] == {"prompt": 0, "position": 2}
+
+
+@pytest.mark.slow
+@needs_v5
+def test_done_when_twenty_runs(suite, capsys):
+    """The issue's bar: 20 runs of the six cases; repair passes 20/20 with one fingerprint each."""
+    from loadguard.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["repeat", "-n", "20", "--loadguard", "repair", "--format", "json", "--", str(suite.path)])
+    document = json.loads(capsys.readouterr().out)
+    assert info.value.code == 0
+    assert all(t["passed"] == 20 and t["distinct_outcomes"] == 1 for t in document["tests"].values())
