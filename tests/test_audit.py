@@ -178,3 +178,39 @@ def test_audit_never_changes_the_model(zoo_folder, name, poisoned, bf16):
             same_nan = torch.equal(tensor.isnan(), values.isnan()) if tensor.is_floating_point() else True
             assert same_nan and torch.equal(torch.nan_to_num(tensor), torch.nan_to_num(values)), key
     assert torch.equal(rng, torch.random.get_rng_state())
+
+
+def test_keys_fused_on_load_are_reported_not_skipped(tmp_path):
+    """A legacy per-expert Mixtral checkpoint: v5 fuses experts on load; those tensors are named as fused."""
+    from safetensors.torch import save_file
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+                           num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1)
+    model = MixtralForCausalLM(config)
+    legacy = {}
+    for key, value in model.state_dict().items():
+        base = key.replace(".mlp.experts.gate_up_proj", ".block_sparse_moe.experts").replace(".mlp.experts.down_proj", ".block_sparse_moe.experts")
+        if key.endswith("experts.gate_up_proj"):
+            for expert in range(value.shape[0]):
+                w1, w3 = value[expert].chunk(2, dim=0)
+                legacy[f"{base}.{expert}.w1.weight"], legacy[f"{base}.{expert}.w3.weight"] = w1.contiguous(), w3.contiguous()
+        elif key.endswith("experts.down_proj"):
+            for expert in range(value.shape[0]):
+                legacy[f"{base}.{expert}.w2.weight"] = value[expert].contiguous()
+        elif key.endswith(".w1.weight") or key.endswith(".w2.weight") or key.endswith(".w3.weight"):
+            legacy[key.replace(".mlp.", ".block_sparse_moe.")] = value.contiguous()  # transformers 4.x layout
+        else:
+            legacy[key.replace(".mlp.", ".block_sparse_moe.")] = value.contiguous()
+    config.save_pretrained(tmp_path)
+    save_file(legacy, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    report = loadguard.audit(MixtralForCausalLM.from_pretrained(tmp_path))
+    fidelity = report.summary("checkpoint_fidelity")
+    assert report.ok and report.unexpected_checkpoint_keys == ()
+    assert report.summary("missing_key").checked == 0
+    fused = [f for f in report.findings if "several checkpoint keys" in f.detail]
+    assert fidelity.checked + len(fused) == len(model.state_dict())
+    if IS_V5:
+        assert sorted(f.tensor for f in fused) == ["model.layers.0.mlp.experts.down_proj", "model.layers.0.mlp.experts.gate_up_proj"]
+        assert all(f.status == "unverifiable" for f in fused) and fidelity.unverifiable == 2

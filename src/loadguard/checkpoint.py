@@ -287,7 +287,7 @@ def map_keys(model: torch.nn.Module, checkpoint: Checkpoint, model_names: list[s
         if match is not None and match not in to_checkpoint:
             to_checkpoint[match] = key
             continue
-        fused_names = next((names for names in (convert(key) for convert in converters) if names is not None), None)
+        fused_names = next((names for names in (convert(target) for convert in converters) if names is not None), None)
         if fused_names is not None:
             for name in fused_names:
                 if name in wanted:
