@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 
 POLICIES = ("off", "warn", "fail", "repair")
+_PATH = re.compile(r"(?:/[\w.@+-]+)+")  # temp folders differ per run: not part of a failure's identity
 _RUNNER_POLICY = {"off": "off", "warn": "warn", "fail": "raise", "repair": "repair"}
 
 
@@ -299,7 +301,7 @@ def pytest_runtest_makereport(item, call):
             message = str(getattr(call.excinfo, "value", "")).strip().splitlines()[0][:300] if call.excinfo else "failed"
         session.results[item.nodeid] = {
             "outcome": report.outcome,
-            "fingerprint": digest or hashlib.sha256(f"{report.outcome}:{message}".encode()).hexdigest()[:16],
+            "fingerprint": digest or hashlib.sha256(f"{report.outcome}:{_PATH.sub('<path>', message)}".encode()).hexdigest()[:16],
             "from_outputs": digest is not None,
             "tokens": tokens,
             "message": message,
