@@ -97,7 +97,7 @@ def save_model(config: LlamaConfig, folder: Path) -> int:
         model = LlamaForCausalLM(config)
     params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(folder)
-    del model
+    model = None
     gc.collect()
     return params
 
@@ -152,14 +152,14 @@ def measure(folder: Path, config: LlamaConfig, naive: bool) -> dict:
     target = torch.empty_like(flat)
     out["ceiling_memcpy"] = timed(lambda: target.copy_(flat))
     out["compared_bytes"] = flat.numel() * flat.element_size()
-    del flat, twin, target
+    flat = twin = target = None  # free them before the naive build
 
     if naive:
         def eager():
             return AutoModelForCausalLM.from_config(config)
 
         out["naive_reference"] = timed(eager, repeat=1)
-    del model
+    model = None
     gc.collect()
     return out
 

@@ -9,7 +9,6 @@ non-persistent buffer, and only rebuilds it for image grids larger than ``max_si
 by loading is never refreshed.
 """
 
-import math
 
 import torch
 from torch import nn
