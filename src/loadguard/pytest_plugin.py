@@ -35,6 +35,7 @@ _RUNNER_POLICY = {"off": "off", "warn": "warn", "fail": "raise", "repair": "repa
 @dataclass
 class _TestRecord:
     loads: list = field(default_factory=list)  # (report, repair result or None)
+    reports: list = field(default_factory=list)  # the reports alone: what the loadguard_report fixture hands out
     comparisons: list = field(default_factory=list)  # payloads of compare events
 
 
@@ -114,6 +115,7 @@ def _on_event(session: _Session, event: str, payload: dict) -> None:
     record = session.records.setdefault(item.nodeid, _TestRecord())
     if event == "load":
         record.loads.append((payload["report"], payload.get("repair")))
+        record.reports.append(payload["report"])
     elif event == "compare":
         record.comparisons.append(payload)
 
@@ -192,29 +194,7 @@ def _audit_load(model, policy: str, item) -> None:
 @pytest.fixture
 def loadguard_report(request) -> list:
     """The audit reports of the models the current test loaded so far (a live list)."""
-    record = _current_session().records.setdefault(request.node.nodeid, _TestRecord())
-    return _LiveReports(record)
-
-
-class _LiveReports(list):
-    def __init__(self, record: _TestRecord):
-        super().__init__()
-        self._record = record
-
-    def _sync(self):
-        self[:] = [report for report, _ in self._record.loads]
-
-    def __iter__(self):
-        self._sync()
-        return super().__iter__()
-
-    def __len__(self):
-        self._sync()
-        return super().__len__()
-
-    def __getitem__(self, index):
-        self._sync()
-        return super().__getitem__(index)
+    return _current_session().records.setdefault(request.node.nodeid, _TestRecord()).reports
 
 
 @pytest.fixture

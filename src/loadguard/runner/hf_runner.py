@@ -101,11 +101,10 @@ class HfRunner:
         if self.tokenizer is None and processor is not None:
             self.tokenizer = getattr(processor, "tokenizer", None)
         self._apply_runner_workarounds(chosen, strict_stale, auto_workarounds)
-        runner = self
-        for patch in patches:
-            runner = patch(runner)
-            if not isinstance(runner, HfRunner):
-                raise TypeError(f"patch {getattr(patch, '__name__', patch)!r} must return the runner, got {type(runner).__name__}")
+        for patch in patches:  # engine-suite style: a patch adapts the runner in place and returns it
+            returned = patch(self)
+            if returned is not self:
+                raise TypeError(f"patch {getattr(patch, '__name__', patch)!r} must return the runner it was given, got {type(returned).__name__}")
 
     def _apply_runner_workarounds(self, chosen, strict: bool, automatic: bool) -> None:
         from .. import workarounds as registry
