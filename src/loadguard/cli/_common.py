@@ -124,10 +124,8 @@ def is_tty() -> bool:
 def cases_and_runner(path: str, prompts, image_paths, **load_options):
     """What ``compare`` and ``trace`` share: the prompts and images (given, else the zoo entry's, else a
     built-in set) and a runner around the model loaded as a user would, with its processor and tokenizer."""
-    from transformers import AutoProcessor, AutoTokenizer
-
     from ..runner import HfRunner, default_cases
-    from ..runner.hf_runner import _optional
+    from ..runner.hf_runner import load_processing
 
     if prompts:
         prompt_list = list(prompts)
@@ -142,9 +140,7 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
     chosen = registry.resolve(load_options.get("workarounds", ()))
     strict = load_options.get("strict_stale", False)
     late = registry.after_load(model, chosen, strict=strict)
-    trust = load_options["trust_remote_code"]
-    processor = _optional(lambda: AutoProcessor.from_pretrained(path, trust_remote_code=trust))
-    tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust))
+    processor, tokenizer = load_processing(path, load_options["trust_remote_code"])
     runner = HfRunner.from_model(model, processor, tokenizer, workarounds=[w.name for w in chosen if w.stage == "runner"])
     runner.workarounds = early + late + runner.workarounds
     return prompt_list, images, runner

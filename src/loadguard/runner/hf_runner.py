@@ -67,8 +67,6 @@ class HfRunner:
     ):
         if audit not in POLICIES:
             raise InvalidOptionError(f"audit={audit!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
-        from transformers import AutoProcessor, AutoTokenizer
-
         self.model_name = str(model)
         self.policy = audit
         self.trust_remote_code = trust_remote_code
@@ -95,11 +93,7 @@ class HfRunner:
             self.repair = self.model.loadguard_repair
             self.workarounds = list(self.report.workarounds)
         self.model.eval()
-        self.tokenizer = _optional(lambda: AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code))
-        processor = _optional(lambda: AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code))
-        self.processor = processor if processor is not None else self.tokenizer
-        if self.tokenizer is None and processor is not None:
-            self.tokenizer = getattr(processor, "tokenizer", None)
+        self.processor, self.tokenizer = load_processing(model, trust_remote_code)
         self._apply_runner_workarounds(chosen, strict_stale, auto_workarounds)
         for patch in patches:  # engine-suite style: a patch adapts the runner in place and returns it
             returned = patch(self)
@@ -251,6 +245,18 @@ def _last_hidden(output, step: int):
     if not states or step >= len(states) or not states[step]:
         return None
     return states[step][-1][0, -1]
+
+
+def load_processing(path, trust_remote_code: bool) -> tuple[Any, Any]:
+    """(processor, tokenizer) of a model folder, each None when it has none. A text-only model's processor
+    is its tokenizer; a multimodal processor's tokenizer is taken from it rather than loaded twice."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    processor = _optional(lambda: AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code))
+    tokenizer = getattr(processor, "tokenizer", None)
+    if tokenizer is None:
+        tokenizer = processor if hasattr(processor, "decode") else _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
+    return (processor if processor is not None else tokenizer), tokenizer
 
 
 def _optional(factory):
