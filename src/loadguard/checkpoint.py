@@ -191,6 +191,13 @@ class Checkpoint:
         location = self._locations[key]
         return self._safetensors[location.file].view(location)
 
+    def location(self, key: str) -> tuple[Path, int, int] | None:
+        """(file, first byte, end byte) of ``key`` in a safetensors file; None for other formats."""
+        if self.format != "safetensors":
+            return None
+        location = self._locations[key]
+        return location.file, location.start, location.end
+
     def nbytes(self, key: str) -> int:
         if self.format == "safetensors":
             location = self._locations[key]
