@@ -13,6 +13,7 @@ a neighbour that was written) answers False, and the caller compares the values.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
@@ -50,18 +51,25 @@ class PageOracle:
                         continue
                     start, end = (int(x, 16) for x in parts[0].split("-"))
                     perms = parts[1]
-                    self._mappings.append(_Mapping(start, end, int(parts[2], 16), perms[3] == "p", perms[1] == "w", os.path.realpath(parts[5].strip())))
+                    # the kernel prints resolved absolute paths: no realpath per line needed
+                    self._mappings.append(_Mapping(start, end, int(parts[2], 16), perms[3] == "p", perms[1] == "w", parts[5].rstrip("\n")))
             self._pagemap = open("/proc/self/pagemap", "rb")  # noqa: SIM115  (closed in close())
         except OSError:
             self.available = False
+        self._mappings.sort(key=lambda m: m.start)
+        self._starts = [m.start for m in self._mappings]
+        self._real: dict[str, str] = {}
 
     def untouched(self, address: int, nbytes: int, path: str, file_offset: int) -> bool:
         """True only if ``nbytes`` at ``address`` are provably the unmodified bytes of ``path`` at ``file_offset``."""
         if not self.available or nbytes <= 0:
             return False
-        real = os.path.realpath(path)
-        mapping = next((m for m in self._mappings if m.start <= address and address + nbytes <= m.end), None)
-        if mapping is None or mapping.path != real or not (mapping.private or not mapping.writable):
+        real = self._real.get(path)
+        if real is None:
+            real = self._real.setdefault(path, os.path.realpath(path))
+        index = bisect.bisect_right(self._starts, address) - 1
+        mapping = self._mappings[index] if index >= 0 else None
+        if mapping is None or address + nbytes > mapping.end or mapping.path != real or not (mapping.private or not mapping.writable):
             return False  # a writable shared mapping writes through to the file: nothing to prove there
         if mapping.offset + (address - mapping.start) != file_offset:
             return False
