@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-import struct
 import sys
 from dataclasses import dataclass
 
@@ -81,12 +80,12 @@ class PageOracle:
             return False
         if len(raw) != (last - first + 1) * 8:
             return False
-        for (entry,) in struct.iter_unpack("<Q", raw):
-            if entry & _SWAPPED:
-                return False  # a swapped page of a private mapping is an anonymous (written) page
-            if entry & _PRESENT and not entry & _FILE:
-                return False  # copy-on-write happened: someone wrote to this page
-        return True
+        import numpy  # a dependency of transformers; vectorizes the check of a few hundred thousand entries
+
+        entries = numpy.frombuffer(raw, dtype="<u8")
+        swapped = (entries & _SWAPPED) != 0  # a swapped page of a private mapping is an anonymous (written) page
+        written = ((entries & _PRESENT) != 0) & ((entries & _FILE) == 0)  # copy-on-write happened
+        return not bool((swapped | written).any())
 
     def close(self) -> None:
         if self._pagemap is not None:
