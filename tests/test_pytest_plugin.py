@@ -46,7 +46,8 @@ def test_poison_fails_every_case_the_same_way_naming_pos_embed(suite):
 
 @needs_v5
 def test_fail_policy_names_the_tensor_and_the_fix(suite):
-    result = suite.runpytest_subprocess("--loadguard=fail")
+    # under poison every load is broken; without it a load can by chance get a freed copy of the right table
+    result = suite.runpytest_subprocess("--loadguard=fail", "--loadguard-poison")
     result.assert_outcomes(failed=6)
     out = result.stdout.str()
     assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (" in out

@@ -3,6 +3,8 @@
     pytest examples/engine_suite                               # flaky or failing, without saying why
     pytest examples/engine_suite --loadguard-poison            # fails the same way every run
     pytest examples/engine_suite --loadguard=fail              # fails, naming resampler.pos_embed and the fix
+                                                               # (a load that by chance got a freed copy of the
+                                                               # right table is clean, and passes: add poison)
     pytest examples/engine_suite --loadguard=repair            # passes
     loadguard repeat -n 20 -- examples/engine_suite            # pass rate and fingerprints per case
 """
