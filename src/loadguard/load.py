@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from . import _hf, _observers
-from .audit import audit
 from .errors import BrokenModelError, InvalidOptionError
 from .poison import poison as poison_context
 from .repair import repair
@@ -85,30 +83,25 @@ def load(
                 model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
     finally:
         _observers.inside_load.reset(token)
-    as_loaded = audit(model, checkpoint)
-    outcomes = list(early) + registry.after_load(model, chosen, as_loaded, strict=strict_stale)
-    changed = any(o.status == "applied" and o.stage == "after_load" for o in outcomes)
-    report = dataclasses.replace(audit(model, checkpoint) if changed else as_loaded, workarounds=tuple(outcomes))
-    model.loadguard_report_as_loaded = dataclasses.replace(as_loaded, workarounds=tuple(outcomes))
+    as_loaded, after = registry.audit_after_load(model, chosen, checkpoint, early=early, strict=strict_stale)
+    report = after or as_loaded
+    model.loadguard_report_as_loaded = as_loaded
     model.loadguard_report = report
     model.loadguard_repair = None
-    if report.ok:
+    if report.ok or on_problem != "repair":
         _observers.notify("load", report=report, repair=None, policy=on_problem)
-        return model
-    message = describe_failures(report)
-    if on_problem == "raise":
-        _observers.notify("load", report=report, repair=None, policy=on_problem)
-        raise BrokenModelError(report, message, _hint(report))
-    if on_problem == "warn":
-        _observers.notify("load", report=report, repair=None, policy=on_problem)
-        warnings.warn(LoadguardWarning(f"{message}. {_hint(report)}"), stacklevel=2)
+        if report.ok:
+            return model
+        if on_problem == "raise":
+            raise BrokenModelError(report, describe_failures(report), _hint(report))
+        warnings.warn(LoadguardWarning(f"{describe_failures(report)}. {_hint(report)}"), stacklevel=2)
         return model
     result = repair(model, report)
     model.loadguard_repair = result
     _observers.notify("load", report=report, repair=result, policy=on_problem)
     if not result.ok:
         left = ", ".join(f"{u.tensor}: {u.reason}" for u in result.unrepaired) or describe_failures(result.after)
-        raise BrokenModelError(report, f"{message}; repair left it broken ({left})", "fix the model's _init_weights or its checkpoint")
+        raise BrokenModelError(report, f"{describe_failures(report)}; repair left it broken ({left})", "fix the model's _init_weights or its checkpoint")
     return model
 
 

@@ -16,7 +16,6 @@ The patch of ``from_pretrained`` lives for the session only and is undone at its
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -156,17 +155,13 @@ def _install_patch(session: _Session) -> None:
 def _audit_load(model, policy: str, item) -> None:
     from . import _observers
     from . import workarounds as registry
-    from .audit import audit
     from .load import describe_failures
     from .repair import repair
 
     settings = _marker(item)
-    report = audit(model)
     chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
-    outcomes = registry.after_load(model, chosen, report, strict=bool(settings.get("strict_stale", False)))
-    if any(o.status == "applied" for o in outcomes):
-        report = audit(model)
-    report = dataclasses.replace(report, workarounds=tuple(outcomes))
+    as_loaded, after = registry.audit_after_load(model, chosen, strict=bool(settings.get("strict_stale", False)))
+    report = after or as_loaded
     model.loadguard_report = report
     result = None
     if not report.ok and policy == "repair":

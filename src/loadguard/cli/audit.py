@@ -16,9 +16,6 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
 
     Exit code 0: the model as loaded is clean; 1: findings; 2: could not run.
     """
-    import dataclasses
-
-    from .. import audit as run_audit
     from .. import repair as run_repair
     from .. import workarounds as registry
     from ..render import next_step, print_report, report_json
@@ -27,10 +24,8 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
         path, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, poison=poison,
         workarounds=workarounds, strict_stale=strict_stale,
     )
-    report = run_audit(model, path)  # the model as loaded: what the exit code and `ok` describe
-    late = registry.after_load(model, registry.resolve(workarounds), report, strict=strict_stale)
-    report = dataclasses.replace(report, workarounds=tuple(early + late))
-    after_workarounds = run_audit(model, path) if any(o.status == "applied" for o in late) else None
+    # the model as loaded is what the exit code and `ok` describe
+    report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
     current = after_workarounds or report
     repaired = run_repair(model, current) if do_repair and not current.ok else None
     if fmt == "json":

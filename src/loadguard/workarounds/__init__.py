@@ -211,6 +211,23 @@ def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, s
     return outcomes
 
 
+def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = None, *, early: Sequence[WorkaroundOutcome] = (), strict: bool = False):
+    """Audit ``model`` as loaded, run the ``after_load`` workarounds, and audit again if any applied.
+
+    Returns ``(as_loaded, after)``: both reports carry every outcome (``early`` ones from ``before_import``
+    first); ``after`` is None when no workaround changed the model.
+    """
+    import dataclasses
+
+    from ..audit import audit
+
+    as_loaded = audit(model, checkpoint)
+    outcomes = tuple(early) + tuple(after_load(model, items, as_loaded, strict=strict))
+    after = audit(model, checkpoint) if any(o.status == "applied" and o.stage == "after_load" for o in outcomes) else None
+    as_loaded = dataclasses.replace(as_loaded, workarounds=outcomes)
+    return as_loaded, (dataclasses.replace(after, workarounds=outcomes) if after is not None else None)
+
+
 def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False, automatic: Sequence[Workaround] = ()) -> list[WorkaroundOutcome]:
     """Apply the ``runner`` workarounds named in ``items`` (they must apply) and those in ``automatic``
     that apply to the runner's model (engine suites patch their reference runner per model)."""
@@ -239,6 +256,7 @@ __all__ = [
     "WorkaroundOutcome",
     "after_load",
     "all_workarounds",
+    "audit_after_load",
     "before_import",
     "for_runner",
     "get",
