@@ -29,6 +29,25 @@ def describe_failures(report: AuditReport, limit: int = 8) -> str:
     return f"{len(failures)} tensor(s) of {report.model} are not what its code and checkpoint define: {listed}{more}"
 
 
+def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = False, workarounds: Sequence[Any] = (), strict_stale: bool = False, **from_pretrained_kwargs: Any):
+    """``from_pretrained`` as a user writes it, after loadguard's pre-flight checks (folder, config, trust,
+    checkpoint files) and inside the ``before_import`` workarounds and, if asked, :func:`loadguard.poison`.
+    No audit. Returns ``(model, outcomes of the before_import workarounds)``; every failure is a typed
+    :class:`loadguard.LoadguardError`."""
+    from . import workarounds as registry
+
+    if "dtype" in from_pretrained_kwargs:
+        from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
+    chosen = [w for w in registry.resolve(workarounds) if w.stage == "before_import"]
+    config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
+    _hf.check_checkpoint(path)
+    cls = _hf.resolve_class(model_class, config)
+    with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
+        with poison_context() if poison else contextlib.nullcontext():
+            model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+    return model, list(early)
+
+
 def load(
     model_class: Any,
     path: str | os.PathLike,
@@ -68,19 +87,12 @@ def load(
     """
     if on_problem not in POLICIES:
         raise InvalidOptionError(f"on_problem={on_problem!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
-    if "dtype" in from_pretrained_kwargs:
-        from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
     from . import workarounds as registry
 
     chosen = registry.resolve(workarounds)
-    config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
-    _hf.check_checkpoint(path)
-    cls = _hf.resolve_class(model_class, config)
     token = _observers.inside_load.set(True)
     try:
-        with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
-            with poison_context() if poison else contextlib.nullcontext():
-                model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+        model, early = load_unaudited(model_class, path, poison=poison, workarounds=chosen, strict_stale=strict_stale, **from_pretrained_kwargs)
     finally:
         _observers.inside_load.reset(token)
     as_loaded, after = registry.audit_after_load(model, chosen, checkpoint, early=early, strict=strict_stale)

@@ -97,24 +97,15 @@ def load_model(
 
     Returns (model, outcomes of the before_import workarounds among ``workarounds``)."""
     from .. import _hf
-    from .. import workarounds as registry
-    from ..poison import poison as poison_context
+    from ..load import load_unaudited
 
-    parsed_dtype = _hf.parse_dtype(dtype)
     _hf.check_device(device)
-    config = _hf.read_config(path, trust_remote_code)
-    _hf.check_checkpoint(path)
-    cls = _hf.resolve_class(auto_class, config)
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": parsed_dtype}
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": dtype}
     if device not in ("cpu", None):
         kwargs["device_map"] = device
     quiet_transformers()
-    chosen = [w for w in registry.resolve(workarounds) if w.stage == "before_import"]
-    with progress(f"Loading {path} with {getattr(cls, '__name__', cls)}.from_pretrained"):
-        with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
-            with poison_context() if poison else contextlib.nullcontext():
-                model = _hf.from_pretrained(cls, path, **kwargs)
-    return model, list(early)
+    with progress(f"Loading {path} with from_pretrained"):
+        return load_unaudited(auto_class, path, poison=poison, workarounds=workarounds, strict_stale=strict_stale, **kwargs)
 
 
 def is_tty() -> bool:

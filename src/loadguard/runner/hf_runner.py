@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import os
@@ -15,7 +14,7 @@ from .. import _hf
 from ..audit import audit as run_audit
 from ..errors import InvalidOptionError
 from ..load import load as guarded_load
-from ..poison import poison as poison_context
+from ..load import load_unaudited
 from ..report import AuditReport, RepairResult
 
 POLICIES = ("repair", "raise", "warn", "off")
@@ -81,12 +80,8 @@ class HfRunner:
         load_stage = [w for w in chosen if w.stage != "runner"]
         self.workarounds: list = []
         if audit == "off":
-            config = _hf.read_config(model, trust_remote_code)
-            cls = _hf.resolve_class(auto_cls, config)
-            with registry.before_import(load_stage, model, {"_name_or_path": str(model), **config}, strict=strict_stale) as early:
-                with poison_context() if poison else contextlib.nullcontext():
-                    self.model = _hf.from_pretrained(cls, model, **kwargs)
-            self.workarounds = list(early) + registry.after_load(self.model, load_stage, strict=strict_stale)
+            self.model, early = load_unaudited(auto_cls, model, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
+            self.workarounds = early + registry.after_load(self.model, load_stage, strict=strict_stale)
         else:
             self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
             self.report = self.model.loadguard_report
