@@ -38,7 +38,7 @@ def test_repair_makes_every_case_pass_and_summarizes(suite):
 
 @needs_v5
 def test_poison_fails_every_case_the_same_way_naming_pos_embed(suite):
-    result = suite.runpytest_subprocess("--loadguard-poison")
+    result = suite.runpytest_subprocess("--loadguard-poison", "-rN")
     result.assert_outcomes(failed=6)
     assert result.stdout.str().count("resampler.pos_embed uninitialized (156800 of 156800 values are NaN)") == 6
     assert result.stdout.str().count("non-finite logprob") >= 6
@@ -47,10 +47,12 @@ def test_poison_fails_every_case_the_same_way_naming_pos_embed(suite):
 @needs_v5
 def test_fail_policy_names_the_tensor_and_the_fix(suite):
     # under poison every load is broken; without it a load can by chance get a freed copy of the right table
-    result = suite.runpytest_subprocess("--loadguard=fail", "--loadguard-poison")
+    # -rN: no short summary, whose lines are cut to the terminal width (so counts would depend on COLUMNS)
+    result = suite.runpytest_subprocess("--loadguard=fail", "--loadguard-poison", "-rN")
     result.assert_outcomes(failed=6)
     out = result.stdout.str()
-    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (" in out
+    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (uninitialized)" in out
+    assert "During handling of the above exception" not in out  # one message per failure, no chained copy
     assert "Hint: repair it in memory with loadguard.repair" in out and "_init_weights" in out
 
 

@@ -210,7 +210,9 @@ def hf_runner(request):
         try:
             return HfRunner(model, *args, **kwargs)
         except BrokenModelError as error:  # --loadguard=fail: one clear failure, not a traceback into loadguard
-            pytest.fail(f"loadguard: {error}", pytrace=False)
+            failure = f"loadguard: {error}"
+        # failed outside the except block, so the report shows the message once, not as a chained exception
+        pytest.fail(failure, pytrace=False)
 
     return make
 
