@@ -54,6 +54,7 @@ def test_fail_policy_names_the_tensor_and_the_fix(suite):
     assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (uninitialized)" in out
     assert "During handling of the above exception" not in out  # one message per failure, no chained copy
     assert "Hint: repair it in memory with loadguard.repair" in out and "_init_weights" in out
+    assert out.count("In this pytest run: --loadguard=repair") == 6
 
 
 @needs_v5

@@ -210,7 +210,7 @@ def hf_runner(request):
         try:
             return HfRunner(model, *args, **kwargs)
         except BrokenModelError as error:  # --loadguard=fail: one clear failure, not a traceback into loadguard
-            failure = f"loadguard: {error}"
+            failure = f"loadguard: {error}\nIn this pytest run: --loadguard=repair repairs every audited load"
         # failed outside the except block, so the report shows the message once, not as a chained exception
         pytest.fail(failure, pytrace=False)
 
