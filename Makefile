@@ -28,6 +28,7 @@ $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 	touch $(COMPAT_STAMP)
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_zoo.py
 	$(BIN)/python benchmarks/bench_audit.py
 
 $(STAMP): pyproject.toml constraints.txt

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
@@ -66,15 +65,12 @@ def test_sharded_entry_has_an_index(zoo_folder):
     assert all((folder / shard).exists() for shard in index["weight_map"].values())
 
 
-def test_build_is_deterministic_and_quick(tmp_path):
-    start = time.perf_counter()
+def test_build_is_deterministic(tmp_path):  # build time and size: benchmarks/bench_zoo.py
     first = zoo.build("np_buffer", tmp_path / "one")
-    elapsed = time.perf_counter() - start
     second = zoo.build("np_buffer", tmp_path / "two")
     assert (first / "model.safetensors").read_bytes() == (second / "model.safetensors").read_bytes()
     other_seed = zoo.build("np_buffer", tmp_path / "three", seed=1)
     assert (first / "model.safetensors").read_bytes() != (other_seed / "model.safetensors").read_bytes()
-    assert elapsed < 2.0
 
 
 def test_size_knob_changes_the_model(tmp_path):
