@@ -138,6 +138,61 @@ def test_repeat_poison_fails_identically_every_run(suite, capsys):
         assert test["findings"] == ["resampler.pos_embed uninitialized"]
 
 
+@needs_v5
+def test_repeat_jobs_runs_each_xdist_worker_as_one_fresh_run(suite, capsys):
+    code = run_repeat(suite, "-n", "3", "--jobs", "2", "--poison")  # one batch of 2 workers, then 1
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and document["jobs"] == 2 and len(document["tests"]) == 2
+    for test in document["tests"].values():
+        assert test["runs"] == 3 and test["passed"] == 0 and test["distinct_outcomes"] == 1
+        assert test["outcomes"] == ["failed"] * 3 and test["findings"] == ["resampler.pos_embed uninitialized"]
+
+
+def test_repeat_jobs_refuses_a_second_xdist_request(suite, capsys):
+    from loadguard.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["repeat", "-n", "2", "--jobs", "2", "--", str(suite.path), "-n", "2"])
+    assert info.value.code == 2
+    assert "--jobs and a pytest -n/--dist after -- both ask for xdist workers" in capsys.readouterr().err
+
+
+def test_repeat_jobs_without_xdist_says_what_to_install(suite, capsys, monkeypatch):
+    from loadguard.cli import main, repeat
+
+    monkeypatch.setattr(repeat.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SystemExit) as info:
+        main(["repeat", "-n", "2", "--jobs", "2", "--", str(suite.path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--jobs needs pytest-xdist" in err and "pip install pytest-xdist" in err
+
+
+def test_record_runs_per_process_or_merged():
+    from loadguard.cli.repeat import runs_of
+
+    record = {"processes": {"gw10": {"c": 3}, "gw2": {"b": 2}, "gw0": {"a": 1}}}
+    assert runs_of(record, per_process=True) == [{"a": 1}, {"b": 2}, {"c": 3}]  # gw0, gw2, gw10: numeric order
+    assert runs_of(record, per_process=False) == [{"a": 1, "b": 2, "c": 3}]  # a user's -n splits one run
+
+
+@needs_v5
+def test_xdist_workers_report_their_loads_to_the_summary_and_record(suite):
+    record = suite.path / "record.json"
+    result = suite.runpytest_subprocess("--loadguard=repair", "-n", "2", "-k", "small", f"--loadguard-record={record}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [  # each worker builds its own copy of the model (per-worker temp folders)
+            "*policy repair, poison off: 2 model load(s) audited in 2 xdist worker(s)*",
+            "*popen-gw0*: 1 load(s), 1 broken (resampler.pos_embed), 1 repaired*",
+            "*popen-gw1*: 1 load(s), 1 broken (resampler.pos_embed), 1 repaired*",
+        ]
+    )
+    processes = json.loads(record.read_text())["processes"]
+    assert set(processes) == {"gw0", "gw1"}
+    results = {nodeid: r for p in processes.values() for nodeid, r in p.items()}
+    assert len(results) == 2 and all(r["outcome"] == "passed" and r["from_outputs"] for r in results.values())
+
+
 def test_repeat_summary_locates_the_first_difference():
     from loadguard.cli.repeat import summarize
 

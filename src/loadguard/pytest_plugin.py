@@ -5,12 +5,16 @@ Options:
                                      (any auto class, any helper): ``fail`` fails the test that loaded a broken
                                      model, naming the tensors; ``repair`` repairs and records; ``warn`` warns.
   --loadguard-poison                 loads inside tests run under ``loadguard.poison()``.
-  --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``).
+  --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``),
+                                     one section per process that ran tests (``main``, or each pytest-xdist worker).
 
 Marker: ``@pytest.mark.loadguard(policy="repair", workarounds=["minicpmv-pos-cache"], strict_stale=True)``.
 Fixtures: ``hf_runner`` (``with hf_runner(path, trust_remote_code=True) as r:``; policy, poison and
 workarounds come from the options and marker), ``loadguard_report`` (the audits of the current test's loads).
 The patch of ``from_pretrained`` lives for the session only and is undone at its end.
+
+Under pytest-xdist every worker audits its own loads and hands its summary and record to the controller,
+so the terminal summary and ``--loadguard-record`` cover every worker.
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ class _Session:
     record_path: str | None = None
     current: Any = None  # the running test item
     records: dict = field(default_factory=dict)  # nodeid -> _TestRecord
-    results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes
+    results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes for this process
+    loads: list = field(default_factory=list)  # one JSON-able summary per audited load (this process and its workers)
+    workers: dict = field(default_factory=dict)  # xdist worker id -> its results (on the controller)
+    worker: bool = False  # this process is an xdist worker
     undo: list = field(default_factory=list)
 
 
@@ -72,6 +79,7 @@ def pytest_configure(config):
         policy=config.getoption("--loadguard"),
         poison=config.getoption("--loadguard-poison"),
         record_path=config.getoption("--loadguard-record"),
+        worker=hasattr(config, "workerinput"),
     )
     _sessions.append(session)
     from . import _observers
@@ -86,9 +94,31 @@ def pytest_unconfigure(config):
     session = _sessions.pop()
     while session.undo:
         session.undo.pop()()
-    if session.record_path:
+    if session.record_path and not session.worker:  # a worker's record travels to the controller, which writes it
+        processes = dict(session.workers)
+        if session.results or not processes:
+            processes["main"] = session.results
         with open(session.record_path, "w") as handle:
-            json.dump(session.results, handle, indent=2)
+            json.dump({"processes": processes}, handle, indent=2)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    own = _current_session()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if own.worker and workeroutput is not None:
+        workeroutput["loadguard"] = json.dumps({"loads": own.loads, "results": own.results})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist, on the controller: take over a finished worker's load summaries and record."""
+    data = getattr(node, "workeroutput", {}).get("loadguard")
+    if data is None:
+        return
+    data = json.loads(data)
+    session = _current_session()
+    session.loads.extend(data["loads"])
+    session.workers[node.workerinput["workerid"]] = data["results"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -113,8 +143,18 @@ def _on_event(session: _Session, event: str, payload: dict) -> None:
         return
     record = session.records.setdefault(item.nodeid, _TestRecord())
     if event == "load":
-        record.loads.append((payload["report"], payload.get("repair")))
-        record.reports.append(payload["report"])
+        report, repaired = payload["report"], payload.get("repair")
+        record.loads.append((report, repaired))
+        record.reports.append(report)
+        session.loads.append(
+            {
+                "model": report.model,
+                "ok": report.ok,
+                "tensors": [f.tensor for f in report.failures],
+                "repaired": None if repaired is None else repaired.ok,
+                "stale": [[w.name, w.detail] for w in report.workarounds if w.status == "stale"],
+            }
+        )
     elif event == "compare":
         record.comparisons.append(payload)
 
@@ -292,23 +332,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = _current_session()
     if session.policy == "off" and not session.poison:
         return
-    records = [r for r in session.records.values() if r.loads]
-    loads = [(report, repaired) for r in records for report, repaired in r.loads]
+    loads = session.loads
     terminalreporter.section("loadguard")
-    terminalreporter.write_line(f"policy {session.policy}, poison {'on' if session.poison else 'off'}: {len(loads)} model load(s) audited")
+    workers = f" in {len(session.workers)} xdist worker(s)" if session.workers else ""
+    terminalreporter.write_line(f"policy {session.policy}, poison {'on' if session.poison else 'off'}: {len(loads)} model load(s) audited{workers}")
     by_model: dict[str, list] = {}
-    for report, repaired in loads:
-        by_model.setdefault(report.model, []).append((report, repaired))
+    for load in loads:
+        by_model.setdefault(load["model"], []).append(load)
     for model, items in sorted(by_model.items()):
-        broken = [r for r, _ in items if not r.ok]
-        tensors = sorted({f.tensor for r in broken for f in r.failures})
+        broken = [load for load in items if not load["ok"]]
+        tensors = sorted({tensor for load in broken for tensor in load["tensors"]})
         line = f"  {model}: {len(items)} load(s), {len(broken)} broken"
         if tensors:
             line += f" ({', '.join(tensors)})"
-        repaired = sum(1 for _, rep in items if rep is not None and rep.ok)
+        repaired = sum(1 for load in items if load["repaired"])
         if repaired:
             line += f", {repaired} repaired"
         terminalreporter.write_line(line)
-    stale = sorted({(w.name, w.detail) for report, _ in loads for w in report.workarounds if w.status == "stale"})
+    stale = sorted({(name, detail) for load in loads for name, detail in load["stale"]})
     for name, detail in stale:
         terminalreporter.write_line(f"  stale workaround {name}: {detail}")

@@ -3,13 +3,16 @@ flake from a deterministic bug: pass rate, distinct outcomes, a fingerprint per 
 
 Each run is a new interpreter, so every model load gets fresh memory, as separate CI runs do; repeating
 inside one process (pytest-repeat) would hand later loads the memory freed by earlier ones and hide or
-fake the variation this command exists to measure.
+fake the variation this command exists to measure. ``--jobs J`` runs J of them at once through
+pytest-xdist (``-n J --dist each``: J fresh worker processes, each running every selected test once).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +31,21 @@ def _first_difference(tokens_a: list, tokens_b: list) -> tuple[int, int] | None:
         if len(a) != len(b):
             return prompt, min(len(a), len(b))
     return None
+
+
+_XDIST_ARGS = re.compile(r"^(-n\S*|--numprocesses(=.*)?|--dist(=.*)?|-d)$")
+
+
+def runs_of(record: dict, *, per_process: bool) -> list[dict]:
+    """The runs in one pytest invocation's record: one per xdist worker with ``--jobs`` (``--dist each``),
+    otherwise one whole run (a pytest ``-n`` of the user's own splits one run across workers)."""
+    processes = [record["processes"][key] for key in sorted(record["processes"], key=lambda k: (len(k), k))]
+    if per_process:
+        return [p for p in processes if p]
+    merged: dict = {}
+    for process in processes:
+        merged.update(process)
+    return [merged]
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -67,40 +85,54 @@ def summarize(runs: list[dict]) -> dict:
 @click.option("-n", "--runs", "count", type=click.IntRange(1, 1000), default=10, show_default=True, help="How many times to run.")
 @click.option("--poison", is_flag=True, help="Run loads under loadguard.poison() (--loadguard-poison).")
 @click.option("--loadguard", "policy", type=click.Choice(["off", "warn", "fail", "repair"]), default="off", show_default=True, help="The plugin's policy in every run.")
+@click.option(
+    "-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+    help="Runs at once, each a fresh pytest-xdist worker (needs pytest-xdist).",
+)
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def repeat(count, poison, policy, fmt, pytest_args):
+def repeat(count, poison, policy, jobs, fmt, pytest_args):
     """Run the selected tests N times in fresh processes; report pass rate and fingerprints per test.
 
     Exit 0: every test passed in every run; 1: some run failed; 2: could not run.
     """
-    runs = []
+    from ..errors import LoadguardError
+
+    if jobs > 1:
+        if importlib.util.find_spec("xdist") is None:
+            raise LoadguardError("--jobs needs pytest-xdist, which is not installed here", "pip install pytest-xdist, or leave out --jobs to run one process at a time")
+        if any(_XDIST_ARGS.match(arg) for arg in pytest_args):
+            raise LoadguardError("--jobs and a pytest -n/--dist after -- both ask for xdist workers", "keep one: loadguard repeat --jobs J, or pytest's own -n after --")
+    runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="loadguard-repeat-") as workdir:
-        for index in range(count):
-            record = os.path.join(workdir, f"run-{index}.json")
+        while len(runs) < count:
+            batch = min(jobs, count - len(runs))
+            record = os.path.join(workdir, f"run-{len(runs)}.json")
             command = [sys.executable, "-m", "pytest", *pytest_args, "-q", "-p", "no:cacheprovider", f"--loadguard={policy}", f"--loadguard-record={record}"]
             if poison:
                 command.append("--loadguard-poison")
-            with progress(f"run {index + 1} of {count}", after=0.0 if fmt == "human" and stderr().is_terminal else 1e9):
+            if jobs > 1:
+                command += ["-n", str(batch), "--dist", "each"]
+            label = f"run {len(runs) + 1} of {count}" if batch == 1 else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"
+            with progress(label, after=0.0 if fmt == "human" and stderr().is_terminal else 1e9):
                 completed = subprocess.run(command, capture_output=True, text=True)
-            if not os.path.exists(record):
+            new = []
+            if os.path.exists(record):
+                with open(record) as handle:
+                    new = runs_of(json.load(handle), per_process=jobs > 1)
+            if len(new) != batch:
                 tail = (completed.stdout + completed.stderr).strip().splitlines()[-3:]
-                from ..errors import LoadguardError
-
                 raise LoadguardError(
-                    f"pytest did not run (exit {completed.returncode}): {' | '.join(tail)}",
+                    f"pytest did not run (exit {completed.returncode}, {len(new)} of {batch} run(s) recorded): {' | '.join(tail)}",
                     "check the pytest arguments after --, and that the loadguard plugin is installed in this environment",
                 )
-            with open(record) as handle:
-                runs.append(json.load(handle))
+            runs.extend(new)
     tests = summarize(runs)
     if not tests:
-        from ..errors import LoadguardError
-
         raise LoadguardError("the pytest arguments selected no tests", "pass test paths or -k expressions after --")
     flawless = all(t["passed"] == t["runs"] for t in tests.values())
     if fmt == "json":
-        click.echo(json.dumps({"runs": count, "poison": poison, "policy": policy, "ok": flawless, "tests": tests}, indent=2))
+        click.echo(json.dumps({"runs": count, "jobs": jobs, "poison": poison, "policy": policy, "ok": flawless, "tests": tests}, indent=2))
     else:
         from rich.table import Table
 
