@@ -110,6 +110,23 @@ def test_loadguard_report_fixture_and_patch_undone(pytester):
     assert PreTrainedModel.__dict__["from_pretrained"] is before
 
 
+def test_plugin_costs_nothing_in_a_run_without_transformers_and_patches_it_when_imported(pytester):
+    pytester.makepyfile(
+        test_order="""
+        import sys
+
+        def test_a_plain_test_imports_nothing():
+            assert "torch" not in sys.modules and "transformers" not in sys.modules
+
+        def test_transformers_imported_later_is_patched():
+            from transformers import PreTrainedModel
+            assert PreTrainedModel.from_pretrained.__func__.__code__.co_filename.endswith("pytest_plugin.py")
+        """
+    )
+    result = pytester.runpytest_subprocess("--loadguard=fail", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:anyio", "-p", "no:hypothesispytest")
+    result.assert_outcomes(passed=2)
+
+
 def run_repeat(pytester, *args):
     from loadguard.cli import main
 

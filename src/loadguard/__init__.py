@@ -15,14 +15,73 @@ Detect, explain, repair, prove::
     model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, poison=True)
 """
 
-from .audit import audit
-from .errors import BrokenModelError, LoadguardError
-from .load import LoadguardWarning, load
-from .poison import poison
-from .repair import repair
-from .runner.trace import TraceResult, trace
-from .workarounds import WorkaroundOutcome, workaround
-from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+# Public names -> the module that defines them. Imported on first use, so `import loadguard` (and the
+# pytest plugin, which every pytest run in an environment with loadguard loads) costs no torch import.
+_EXPORTS = {
+    "audit": "audit",
+    "BrokenModelError": "errors",
+    "LoadguardError": "errors",
+    "LoadguardWarning": "load",
+    "load": "load",
+    "poison": "poison",
+    "repair": "repair",
+    "TraceResult": "runner.trace",
+    "trace": "runner.trace",
+    "WorkaroundOutcome": "workarounds",
+    "workaround": "workarounds",
+    "AuditReport": "report",
+    "CheckSummary": "report",
+    "Finding": "report",
+    "RepairResult": "report",
+    "Unrepaired": "report",
+}
+_SUBMODULES = ("checks", "checkpoint", "compare", "errors", "inventory", "reference", "report", "runner", "workarounds", "zoo")
+
+if TYPE_CHECKING:
+    from .audit import audit
+    from .errors import BrokenModelError, LoadguardError
+    from .load import LoadguardWarning, load
+    from .poison import poison
+    from .repair import repair
+    from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
+    from .runner.trace import TraceResult, trace
+    from .workarounds import WorkaroundOutcome, workaround
+
+
+class _Package(types.ModuleType):
+    """Keeps ``loadguard.audit`` (and load, poison, repair) the public function even after the submodule of
+    the same name is first imported, when the import system would bind the submodule in its place."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+
 
 __all__ = [
     "AuditReport",

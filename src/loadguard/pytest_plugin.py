@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.abc
 import json
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,9 +165,52 @@ def _on_event(session: _Session, event: str, payload: dict) -> None:
 # the from_pretrained patch
 
 
-def _install_patch(session: _Session) -> None:
-    from transformers import PreTrainedModel
+_MODELING = "transformers.modeling_utils"
 
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback on a module right after it is first imported, so the plugin patches transformers
+    only in runs that import it (a pytest run that never touches transformers pays nothing)."""
+
+    def __init__(self, name: str, callback):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        execute, callback = spec.loader.exec_module, self.callback
+
+        def exec_module(module):
+            execute(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+def _install_patch(session: _Session) -> None:
+    module = sys.modules.get(_MODELING)
+    if module is not None:
+        _patch_from_pretrained(session, module.PreTrainedModel)
+        return
+    hook = _AfterImport(_MODELING, lambda module: _patch_from_pretrained(session, module.PreTrainedModel))
+    sys.meta_path.insert(0, hook)
+    session.undo.append(hook.remove)
+
+
+def _patch_from_pretrained(session: _Session, PreTrainedModel) -> None:
     original = PreTrainedModel.__dict__["from_pretrained"]
     function = original.__func__
 
