@@ -81,13 +81,30 @@ def test_marker_workarounds_and_strict_stale(suite):
             from transformers import AutoModelForCausalLM
             path = zoo.build("np_buffer", tmp_path / "m")
             AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+
+        @pytest.mark.loadguard(policy="repair")
+        def test_repair_policy_repairs_a_plain_load(tmp_path, loadguard_report):
+            import torch
+            from transformers import AutoModelForCausalLM
+            path = zoo.build("np_buffer", tmp_path / "m")
+            model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+            assert not loadguard_report[0].ok
+            assert all(torch.isfinite(b).all() for b in model.buffers() if b.is_floating_point())
+
+        @pytest.mark.loadguard(policy="repair")
+        def test_repair_policy_fails_what_repair_cannot_fix(tmp_path):
+            from transformers import AutoModelForCausalLM
+            path = zoo.build("missing_key", tmp_path / "m")
+            AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+            raise AssertionError("a still-broken model reached the test body")
         """
     )
-    result = suite.runpytest_subprocess("test_marked.py", "--loadguard=fail", "--loadguard-poison", "--strict-markers")
-    result.assert_outcomes(passed=1, failed=2)
+    result = suite.runpytest_subprocess("test_marked.py", "--loadguard=fail", "--loadguard-poison", "--strict-markers", "-rN")
+    result.assert_outcomes(passed=2, failed=3)
     out = result.stdout.str()
     assert "StaleWorkaroundError" in out and "preserves resampler.pos_embed" in out
     assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized)" in out
+    assert "repair left it broken (logit_scale" in out and "still-broken model reached" not in out
 
 
 def test_loadguard_report_fixture_and_patch_undone(pytester):

@@ -12,7 +12,7 @@ from . import _hf, _observers
 from .errors import BrokenModelError, InvalidOptionError
 from .poison import poison as poison_context
 from .repair import repair
-from .report import AuditReport
+from .report import AuditReport, RepairResult
 
 POLICIES = ("repair", "raise", "warn")
 
@@ -112,9 +112,17 @@ def load(
     model.loadguard_repair = result
     _observers.notify("load", report=report, repair=result, policy=on_problem)
     if not result.ok:
-        left = ", ".join(f"{u.tensor}: {u.reason}" for u in result.unrepaired) or describe_failures(result.after)
-        raise BrokenModelError(report, f"{describe_failures(report)}; repair left it broken ({left})", "fix the model's _init_weights or its checkpoint")
+        raise BrokenModelError(report, describe_unrepaired(result), UNREPAIRED_HINT)
     return model
+
+
+UNREPAIRED_HINT = "fix the model's _init_weights or its checkpoint"
+
+
+def describe_unrepaired(result: RepairResult) -> str:
+    """One sentence for a repair that left the model broken: what was wrong and what stayed wrong."""
+    left = ", ".join(f"{u.tensor}: {u.reason}" for u in result.unrepaired) or describe_failures(result.after)
+    return f"{describe_failures(result.before)}; repair left it broken ({left})"
 
 
 def _hint(report: AuditReport) -> str:

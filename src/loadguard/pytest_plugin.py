@@ -3,7 +3,8 @@
 Options:
   --loadguard=off|warn|fail|repair   audit every ``PreTrainedModel.from_pretrained`` made during the session
                                      (any auto class, any helper): ``fail`` fails the test that loaded a broken
-                                     model, naming the tensors; ``repair`` repairs and records; ``warn`` warns.
+                                     model, naming the tensors; ``repair`` repairs and records (and fails the
+                                     test when repair cannot make the model clean); ``warn`` warns.
   --loadguard-poison                 loads inside tests run under ``loadguard.poison()``.
   --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``),
                                      one section per process that ran tests (``main``, or each pytest-xdist worker).
@@ -252,6 +253,10 @@ def _audit_load(model, policy: str, item) -> None:
     if not report.ok and policy == "repair":
         result = repair(model, report)
     _observers.notify("load", report=report, repair=result, policy=policy)
+    if result is not None and not result.ok:  # never let a test compare against a model that is still broken
+        from .load import UNREPAIRED_HINT, describe_unrepaired
+
+        pytest.fail(f"loadguard: {describe_unrepaired(result)}\nHint: {UNREPAIRED_HINT}", pytrace=False)
     if report.ok or policy in ("off", "repair"):
         return
     message = describe_failures(report)
