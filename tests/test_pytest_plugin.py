@@ -97,14 +97,20 @@ def test_marker_workarounds_and_strict_stale(suite):
             path = zoo.build("missing_key", tmp_path / "m")
             AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
             raise AssertionError("a still-broken model reached the test body")
+
+        @pytest.mark.loadguard(policy="repair")
+        def test_runner_repair_policy_fails_what_repair_cannot_fix(hf_runner, tmp_path):
+            with hf_runner(zoo.build("missing_key", tmp_path / "m"), trust_remote_code=True):
+                raise AssertionError("a still-broken model reached the test body")
         """
     )
     result = suite.runpytest_subprocess("test_marked.py", "--loadguard=fail", "--loadguard-poison", "--strict-markers", "-rN")
-    result.assert_outcomes(passed=2, failed=3)
+    result.assert_outcomes(passed=2, failed=4)
     out = result.stdout.str()
     assert "StaleWorkaroundError" in out and "preserves resampler.pos_embed" in out
     assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized)" in out
-    assert "repair left it broken (logit_scale" in out and "still-broken model reached" not in out
+    assert out.count("repair left it broken (logit_scale") == 2 and "still-broken model reached" not in out
+    assert "In this pytest run: --loadguard=repair" not in out  # repair already ran: no advice to turn it on
 
 
 def test_loadguard_report_fixture_and_patch_undone(pytester):

@@ -55,7 +55,6 @@ class _Session:
     results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes for this process
     loads: list = field(default_factory=list)  # one JSON-able summary per audited load (this process and its workers)
     workers: dict = field(default_factory=dict)  # xdist worker id -> its results (on the controller)
-    worker: bool = False  # this process is an xdist worker
     undo: list = field(default_factory=list)
 
 
@@ -82,7 +81,6 @@ def pytest_configure(config):
         policy=config.getoption("--loadguard"),
         poison=config.getoption("--loadguard-poison"),
         record_path=config.getoption("--loadguard-record"),
-        worker=hasattr(config, "workerinput"),
     )
     _sessions.append(session)
     from . import _observers
@@ -97,7 +95,7 @@ def pytest_unconfigure(config):
     session = _sessions.pop()
     while session.undo:
         session.undo.pop()()
-    if session.record_path and not session.worker:  # a worker's record travels to the controller, which writes it
+    if session.record_path and not hasattr(config, "workerinput"):  # an xdist worker's record goes to the controller
         processes = dict(session.workers)
         if session.results or not processes:
             processes["main"] = session.results
@@ -106,9 +104,9 @@ def pytest_unconfigure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    own = _current_session()
-    workeroutput = getattr(session.config, "workeroutput", None)
-    if own.worker and workeroutput is not None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # set on pytest-xdist workers only
+    if workeroutput is not None:
+        own = _current_session()
         workeroutput["loadguard"] = json.dumps({"loads": own.loads, "results": own.results})
 
 
@@ -299,8 +297,10 @@ def hf_runner(request):
 
         try:
             return HfRunner(model, *args, **kwargs)
-        except BrokenModelError as error:  # --loadguard=fail: one clear failure, not a traceback into loadguard
-            failure = f"loadguard: {error}\nIn this pytest run: --loadguard=repair repairs every audited load"
+        except BrokenModelError as error:  # one clear failure, not a traceback into loadguard
+            failure = f"loadguard: {error}"
+            if kwargs["audit"] != "repair":  # under repair, repair already ran and could not make it clean
+                failure += "\nIn this pytest run: --loadguard=repair repairs every audited load"
         # failed outside the except block, so the report shows the message once, not as a chained exception
         pytest.fail(failure, pytrace=False)
 
