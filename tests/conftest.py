@@ -51,10 +51,20 @@ def forget_remote_code(stem: str) -> None:
 
 
 def load(folder, **kwargs):
-    """A plain ``from_pretrained`` of a zoo folder, as a user would write it."""
+    """A plain ``from_pretrained`` of a zoo folder, as a user would write it, inside the workarounds its code
+    needs on this transformers (loadguard.workarounds.using: a user's own from_pretrained does the same)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, **kwargs)
+    from loadguard import workarounds
+
+    entry = zoo.entry_of(folder)
+    with workarounds.using(needed_workarounds(entry), folder):
+        return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, **kwargs)
+
+
+def needed_workarounds(entry) -> list[str]:
+    """The before_import workarounds a zoo entry's code may need (those it does not need here go stale)."""
+    return list(entry.workarounds) if entry is not None else []
 
 
 def _native_models():

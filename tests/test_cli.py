@@ -39,10 +39,15 @@ def copy_entry(zoo_folder, name, tmp_path):
     return target
 
 
+def auto(name):
+    """The workaround option a zoo entry written for transformers 4 needs here."""
+    return ["--workaround", "auto"] if zoo.get(name).workarounds else []
+
+
 @needs_v5
 @pytest.mark.parametrize("name", [e.name for e in zoo.entries() if e.failure_mode])
 def test_every_failure_mode_exits_1_with_its_tensors(run, zoo_folder, name):
-    code, out, err = run("audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")
+    code, out, err = run("audit", str(zoo_folder(name)), "--trust-remote-code", *auto(name), "--format", "json")
     assert code == 1
     document = json.loads(out)
     entry = zoo.get(name)
@@ -54,8 +59,32 @@ def test_every_failure_mode_exits_1_with_its_tensors(run, zoo_folder, name):
 
 @pytest.mark.parametrize("name", ["clean", "minicpmv_like_fixed"])
 def test_clean_entry_exits_0(run, zoo_folder, name):
-    code, out, _ = run("audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")
+    code, out, _ = run("audit", str(zoo_folder(name)), "--trust-remote-code", *auto(name), "--format", "json")
     assert code == 0 and json.loads(out)["ok"] is True and json.loads(out)["findings"] == []
+
+
+@needs_v5
+@pytest.mark.parametrize("name", [e.name for e in zoo.entries() if e.load_error])
+def test_code_written_for_transformers_4_names_its_workaround(run, zoo_folder, name):
+    """Each failure of v4-era code: exit 2, one Error, a Hint naming the workaround; with it (or auto), the audit
+    runs and reports what the model really gets wrong."""
+    entry = zoo.get(name)
+    folder = str(zoo_folder(name))
+    code, out, err = run("audit", folder, "--trust-remote-code")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and out == "", err
+    assert len(lines) == 2 and lines[0].startswith("Error: the model's own code failed"), err
+    assert entry.load_error.split(": ")[0] in lines[0]
+    assert lines[1] == f"Hint: known failure of code written for older transformers/torch: run again with --workaround {entry.workarounds[0]} (or --workaround auto)"
+    expected = {f.tensor: f.status for f in entry.expected_for(2)}
+    for option in ([f"--workaround={w}" for w in entry.workarounds], ["--workaround", "auto"]):
+        code, out, err = run("audit", folder, "--trust-remote-code", *option, "--format", "json")
+        document = json.loads(out)
+        assert code == (1 if expected else 0), err
+        assert {f["tensor"]: f["status"] for f in document["findings"] if f["status"] != "unverifiable"} == expected
+        assert [(w["name"], w["status"]) for w in document["workarounds"] if w["stage"] == "before_import"] == [(w, "applied") for w in entry.workarounds]
+    code, out, err = run("audit", folder, "--trust-remote-code", "--workaround", "auto")
+    assert "(auto: the load failed with the model's own code failed" in out
 
 
 def test_real_minilm_checkpoint_exits_0(run, minilm_folder):
@@ -91,7 +120,7 @@ def test_human_output_collapses_layers_and_hints(run, zoo_folder):
 def test_no_poison_audits_the_load_as_it_is(run, zoo_folder):
     # without poison the buffer holds whatever memory the allocator handed back: usually garbage, but it
     # can be a freed copy of the right table; the audit must report exactly what is there
-    code, out, _ = run("audit", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--no-poison", "--format", "json")
+    code, out, _ = run("audit", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto", "--no-poison", "--format", "json")
     tensors = [f["tensor"] for f in json.loads(out)["findings"]]
     assert tensors in ([], ["resampler.pos_embed"]) and code == (1 if tensors else 0)
 
@@ -177,7 +206,11 @@ def test_demo_tells_the_story(run):
     assert "repaired: resampler.pos_embed; re-audit: clean" in out
     assert "!!!!!!!!" in out
     assert "as loaded: 4 of 4 outputs wrong; repaired: equal to the fixed model: True" in out
-    assert 'loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True)' in out
+    assert "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'" in out
+    assert "Hint: known failure of code written for older transformers/torch: run again with --workaround v4-attn-mask-utils" in out
+    for name in ("v4-attn-mask-utils", "remote-code-typing-aliases", "v4-tied-weights-keys"):
+        assert f"workaround {name}: applied (auto: the load failed with" in out
+    assert 'loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, workarounds="auto")' in out
 
 
 @needs_v5
@@ -222,11 +255,12 @@ def test_zoo_list_and_build(run, tmp_path):
 @needs_v5
 def test_compare_shows_the_divergence_and_repair_agrees(run, zoo_folder):
     folder = str(zoo_folder("minicpmv_like"))
-    code, out, err = run("compare", folder, "--trust-remote-code", "--format", "json")
+    code, out, err = run("compare", folder, "--trust-remote-code", "--workaround", "auto", "--format", "json")
     document = json.loads(out)
     assert code == 1 and document["ok"] is False and "non-finite logprob" in document["failure"]
-    assert all(a["text"] == "!!!!!!!!" for a in document["a"])
-    code, out, _ = run("compare", folder, "--trust-remote-code", "--repair")
+    assert all(a["text"] == "!!!!!!!!" and len(a["ids"]) == 8 for a in document["a"])
+    assert all(len(b["ids"]) == 8 and "!" not in b["text"] for b in document["b"])
+    code, out, _ = run("compare", folder, "--trust-remote-code", "--workaround", "auto", "--repair")
     assert code == 0 and "agree (check_logprobs_close)" in out and "repaired before generating: resampler.pos_embed" in out
 
 
@@ -238,8 +272,8 @@ def test_compare_clean_text_model_with_prompts(run, zoo_folder):
 
 @needs_v5
 def test_trace_command(run, zoo_folder):
-    code, out, _ = run("trace", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--format", "json")
+    code, out, _ = run("trace", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto", "--format", "json")
     document = json.loads(out)
     assert code == 1 and document["module"] == "resampler.attn" and document["non_finite_tensors"] == ["resampler.pos_embed"]
-    code, out, _ = run("trace", str(zoo_folder("minicpmv_like_fixed")), "--trust-remote-code")
+    code, out, _ = run("trace", str(zoo_folder("minicpmv_like_fixed")), "--trust-remote-code", "--workaround", "auto")
     assert code == 0 and "stayed finite" in out

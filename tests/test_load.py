@@ -13,7 +13,7 @@ needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VER
 
 @needs_v5
 def test_repair_policy_returns_a_repaired_model_with_its_report(zoo_folder):
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True)
+    model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds="auto")
     assert not model.loadguard_report.ok
     assert model.loadguard_repair.ok and model.loadguard_repair.repaired == ("resampler.pos_embed",)
     assert not torch.isnan(model.resampler.pos_embed).any()
@@ -31,7 +31,7 @@ def test_raise_policy_lists_the_bad_tensors(zoo_folder):
 @needs_v5
 def test_warn_policy_returns_the_model_as_loaded(zoo_folder):
     with pytest.warns(loadguard.LoadguardWarning, match="resampler.pos_embed"):
-        model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, on_problem="warn")
+        model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, on_problem="warn", workarounds="auto")
     assert torch.isnan(model.resampler.pos_embed).all()
 
 

@@ -92,9 +92,8 @@ def test_repaired_vlm_generates_like_the_fixed_variant(zoo_folder):
     inputs = processor(text=entry.prompts[1], images=images[:2])
     inputs.pop("image_sizes")
 
-    def greedy(model):
-        with torch.no_grad():
-            return model.generate(**inputs, max_new_tokens=8, do_sample=False, decode_text=False)[0].tolist()
+    def greedy(model):  # MiniCPM-V's generate: from inputs_embeds, under inference_mode, new tokens only
+        return model.generate(**inputs, tokenizer=processor.tokenizer, max_new_tokens=8, do_sample=False)[0].tolist()
 
     with loadguard.poison():
         broken = load(zoo_folder("minicpmv_like"))

@@ -26,7 +26,7 @@ def eager_outputs(zoo_folder, cases):
 
     folder = zoo_folder("minicpmv_like")
     processor = AutoProcessor.from_pretrained(folder, trust_remote_code=True)
-    twin = eager_load(folder, trust_remote_code=True)
+    twin = eager_load(folder, trust_remote_code=True, workarounds="auto")
     prompts, images = cases
     return HfRunner.from_model(twin, processor).generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
 
@@ -40,7 +40,7 @@ def test_default_cases_cover_sizes_and_multi_image(cases):
 def test_eager_twin_equals_the_model_as_built(zoo_folder):
     from loadguard import zoo
 
-    twin = eager_load(zoo_folder("minicpmv_like"), trust_remote_code=True)
+    twin = eager_load(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto")
     truth = zoo.build_model("minicpmv_like")
     for (name, got), (_, want) in zip(twin.state_dict().items(), truth.state_dict().items()):
         assert torch.equal(got, want), name
@@ -50,7 +50,7 @@ def test_eager_twin_equals_the_model_as_built(zoo_folder):
 @needs_v5
 def test_broken_reference_fails_against_eager_deterministically(zoo_folder, cases, eager_outputs):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, audit="off", poison=True) as hf:
+    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="off", poison=True) as hf:
         assert hf.report is None
         broken = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
     assert all(text == "!!!!!!!!" for _, text, _ in broken)
@@ -61,7 +61,7 @@ def test_broken_reference_fails_against_eager_deterministically(zoo_folder, case
 @needs_v5
 def test_repair_policy_makes_the_reference_agree(zoo_folder, cases, eager_outputs):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True) as hf:
+    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", poison=True) as hf:
         assert not hf.report.ok and hf.repair.ok
         outputs = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
         greedy = hf.generate_greedy(prompts, 8, images=images)
@@ -73,7 +73,7 @@ def test_repair_policy_makes_the_reference_agree(zoo_folder, cases, eager_output
 
 def test_fixed_variant_agrees_without_repair(zoo_folder, cases, eager_outputs):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, audit="raise") as hf:
+    with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, workarounds="auto", audit="raise") as hf:
         assert hf.report.ok and hf.repair is None
         outputs = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
     check_logprobs_close(outputs_0_lst=outputs, outputs_1_lst=eager_outputs, name_0="fixed", name_1="eager", check_lengths=True)
@@ -81,11 +81,12 @@ def test_fixed_variant_agrees_without_repair(zoo_folder, cases, eager_outputs):
 
 def test_logprobs_are_float32_log_softmax_of_hidden_times_embedding(zoo_folder, cases):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True) as hf:
+    with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, workarounds="auto") as hf:
         ids, text, steps = hf.generate_greedy_logprobs_limit(prompts[:1], 3, 4, images=images[:1])[0]
         inputs = hf._inputs(prompts[0], images[0])
-        with torch.no_grad():
-            logits = hf.model(**inputs).logits[0, -1].float()
+        inputs.pop("image_sizes")
+        with torch.no_grad():  # MiniCPM-V's forward takes the processor's output as one dict
+            logits = hf.model(inputs).logits[0, -1].float()
     expected = torch.log_softmax(logits, -1)
     assert len(steps) == 3 and len(steps[0]) == 4
     assert max(steps[0], key=steps[0].get) == ids[0]
@@ -96,7 +97,7 @@ def test_logprobs_are_float32_log_softmax_of_hidden_times_embedding(zoo_folder, 
 @needs_v5
 def test_raise_policy_and_patches(zoo_folder):
     with pytest.raises(BrokenModelError, match="resampler.pos_embed"):
-        HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, audit="raise", poison=True)
+        HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="raise", poison=True)
     seen = []
 
     def patch(runner):
@@ -104,7 +105,7 @@ def test_raise_policy_and_patches(zoo_folder):
         runner.patched = True
         return runner
 
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, patches=[patch]) as hf:
+    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", poison=True, patches=[patch]) as hf:
         assert hf.patched and seen == [False]
     with pytest.raises(TypeError, match="must return the runner"):
         HfRunner(zoo_folder("clean"), trust_remote_code=True, patches=[lambda r: None])
@@ -133,8 +134,8 @@ def test_minilm_embeddings_rank_a_paraphrase_first(minilm_folder):
 @needs_v5
 def test_trace_names_the_resampler(zoo_folder, cases):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, audit="off", poison=True) as hf:
-        result = loadguard.trace(hf.model, hf._inputs(prompts[0], images[0]))
+    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="off", poison=True) as hf:
+        result = loadguard.trace(hf.model, run=lambda: hf.generate_greedy(prompts[:1], 1, images=images[:1]))
     assert result.module == "resampler.attn" and result.module_class == "MultiheadAttention"
     assert result.tensors == ("resampler.pos_embed",) and result.inputs
     assert "resampler.pos_embed" in result.describe()
@@ -142,6 +143,6 @@ def test_trace_names_the_resampler(zoo_folder, cases):
 
 def test_trace_of_a_healthy_model_is_finite(zoo_folder, cases):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True) as hf:
-        result = loadguard.trace(hf.model, hf._inputs(prompts[0], images[0]))
+    with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, workarounds="auto") as hf:
+        result = loadguard.trace(hf.model, run=lambda: hf.generate_greedy(prompts[:1], 1, images=images[:1]))
     assert result.finite and result.modules_run > 10 and result.to_dict()["module"] is None

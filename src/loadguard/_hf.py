@@ -123,26 +123,31 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
     return transformers.AutoModel
 
 
-def from_pretrained(cls: Any, path: str | os.PathLike, **kwargs: Any):
-    """``cls.from_pretrained(path, **kwargs)``; every failure becomes a :class:`LoadguardError`."""
+def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tuple[str, ...] = (), **kwargs: Any):
+    """``cls.from_pretrained(path, **kwargs)``; every failure becomes a :class:`LoadguardError`, naming the
+    registered workarounds that fix it (other than those in ``active_workarounds``)."""
     try:
         return cls.from_pretrained(str(path), **kwargs)
     except LoadguardError:
         raise
     except Exception as error:
-        raise translate(error, path) from error
+        raise translate(error, path, active_workarounds) from error
 
 
-def translate(error: Exception, path: Any) -> LoadguardError:
-    """Say what a failed ``from_pretrained`` means and what to do about it."""
+def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = ()) -> LoadguardError:
+    """Say what a failed ``from_pretrained`` (or construction) means and what to do about it."""
+    from . import workarounds as registry
+
     text = str(error).split("\n")[0]
     frame = _remote_code_frame(error)
-    if frame is not None:
-        filename, line = frame
-        return RemoteCodeImportError(
-            f"the model's own code failed in {filename}, line {line}: {type(error).__name__}: {text}",
+    matched = [w.name for w in registry.matching(error)]
+    if frame is not None or matched:
+        where = f"in {frame[0]}, line {frame[1]}" if frame is not None else "(it was written for an older transformers)"
+        translated = RemoteCodeImportError(
+            f"the model's own code failed {where}: {type(error).__name__}: {text}",
             "fix the model's code at that line, or pin the torch/transformers versions it was written for",
         )
+        return name_workarounds(translated, matched, active_workarounds)
     if "does not recognize this architecture" in text or "Unrecognized model" in text or "model type" in text and "not" in text:
         return ModelConfigError(
             f"the config in {path} names an architecture this transformers does not know ({text})",
@@ -155,6 +160,44 @@ def translate(error: Exception, path: Any) -> LoadguardError:
     if "safetensors" in text.lower() or "header" in text.lower() or "deserializ" in text.lower():
         return LoadguardError(f"the weights in {path} cannot be read ({text})", "the checkpoint is corrupt or truncated: download or save it again")
     return LoadguardError(f"from_pretrained failed on {path}: {type(error).__name__}: {text}", "set LOADGUARD_DEBUG=1 to see the traceback")
+
+
+def name_workarounds(error: LoadguardError, matched: list[str], active: tuple[str, ...] = ()) -> LoadguardError:
+    """Point ``error`` at the registered workarounds whose declared failure it is."""
+    new = [name for name in matched if name not in active]
+    if new:
+        error.fixes = tuple(new)
+        error.hint = (
+            f"a known failure of code written for older transformers/torch: pass workarounds={new!r} "
+            "(or workarounds='auto') to loadguard.load / HfRunner / eager_load"
+        )
+    elif matched:
+        error.hint = (
+            f"workaround(s) {', '.join(matched)} were applied and the code still fails this way: "
+            "fix the model's code, or pin the versions it was written for (LOADGUARD_DEBUG=1 shows the traceback)"
+        )
+    return error
+
+
+def _sanitize(component: str) -> str:
+    """How transformers names a model folder inside ``transformers_modules``."""
+    name = component.replace(".", "_dot_").replace("-", "_hyphen_")
+    return "_" + name if name[:1].isdigit() else name
+
+
+def forget_remote_code(path: str | os.PathLike) -> int:
+    """Drop the model's remote-code modules that transformers imported in this process (it caches them by
+    content), so the next load imports them afresh. Returns how many were dropped."""
+    import sys
+
+    text = str(path).rstrip("/")
+    stems = {_sanitize(os.path.basename(os.path.normpath(text)))} | {_sanitize(part) for part in text.split("/")[-2:] if part}
+    dropped = 0
+    for name in [n for n in sys.modules if n.startswith("transformers_modules.")]:
+        if set(name.split(".")[1:]) & stems:
+            del sys.modules[name]
+            dropped += 1
+    return dropped
 
 
 def _remote_code_frame(error: Exception) -> tuple[str, int] | None:

@@ -13,6 +13,9 @@ class LoadguardError(Exception):
     """Base class: ``str(err)`` is one sentence saying what went wrong, ``err.hint`` what to do."""
 
     hint: str = ""
+    fixes: tuple[str, ...] = ()
+    """Registered workarounds that fix this failure (each declares it): the CLI says ``--workaround NAME``,
+    the pytest plugin the marker, the API ``workarounds=[...]``."""
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
@@ -22,6 +25,17 @@ class LoadguardError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def hint_for(error: LoadguardError, how: str = "cli") -> str:
+    """The hint for ``error`` as the CLI (``--workaround NAME``) or the pytest plugin (the marker) words it."""
+    if not error.fixes:
+        return error.hint
+    names = list(error.fixes)
+    if how == "pytest":
+        return f"known failure of code written for older transformers/torch: mark the test @pytest.mark.loadguard(workarounds={names!r}) (or workarounds='auto')"
+    flags = " ".join(f"--workaround {name}" for name in names)
+    return f"known failure of code written for older transformers/torch: run again with {flags} (or --workaround auto)"
 
 
 class UnknownZooEntryError(LoadguardError, KeyError):
@@ -91,3 +105,7 @@ class WorkaroundError(LoadguardError):
 
 class StaleWorkaroundError(WorkaroundError):
     """Strict mode: a workaround is no longer needed (what it fixes is already correct)."""
+
+
+class RunnerConsistencyError(LoadguardError):
+    """The reference runner's outputs contradict themselves (e.g. a generated id that is not its step's argmax)."""

@@ -29,22 +29,29 @@ def describe_failures(report: AuditReport, limit: int = 8) -> str:
     return f"{len(failures)} tensor(s) of {report.model} are not what its code and checkpoint define: {listed}{more}"
 
 
-def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = False, workarounds: Sequence[Any] = (), strict_stale: bool = False, **from_pretrained_kwargs: Any):
+def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = False, workarounds: Any = (), strict_stale: bool = False, **from_pretrained_kwargs: Any):
     """``from_pretrained`` as a user writes it, after loadguard's pre-flight checks (folder, config, trust,
     checkpoint files) and inside the ``before_import`` workarounds and, if asked, :func:`loadguard.poison`.
     No audit. Returns ``(model, outcomes of the before_import workarounds)``; every failure is a typed
-    :class:`loadguard.LoadguardError`."""
+    :class:`loadguard.LoadguardError` naming the registered workarounds that fix it.
+
+    With ``"auto"`` among ``workarounds``, a load that fails with a failure a ``before_import`` workaround
+    declares is retried with that workaround (once per newly matched workaround, never silently: each
+    outcome says which failure chose it)."""
     from . import workarounds as registry
 
     if "dtype" in from_pretrained_kwargs:
         from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
-    chosen = [w for w in registry.resolve(workarounds) if w.stage == "before_import"]
     config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
     _hf.check_checkpoint(path)
     cls = _hf.resolve_class(model_class, config)
-    with registry.before_import(chosen, path, {"_name_or_path": str(path), **config}, strict=strict_stale) as early:
+
+    def attempt(active: tuple[str, ...]):
         with poison_context() if poison else contextlib.nullcontext():
-            model = _hf.from_pretrained(cls, path, **from_pretrained_kwargs)
+            return _hf.from_pretrained(cls, path, active_workarounds=active, **from_pretrained_kwargs)
+
+    model, early = registry.attempt(attempt, workarounds, path, {"_name_or_path": str(path), **config}, strict=strict_stale)
+    registry.remember(model, early)
     return model, list(early)
 
 
@@ -55,7 +62,7 @@ def load(
     on_problem: str = "repair",
     poison: bool = False,
     checkpoint: Any = None,
-    workarounds: Sequence[str] = (),
+    workarounds: str | Sequence[str] = (),
     strict_stale: bool = False,
     **from_pretrained_kwargs: Any,
 ):
@@ -72,7 +79,9 @@ def load(
         checkpoint: where to read the checkpoint for the fidelity check (default: ``path`` when local).
         workarounds: names of registered workarounds (``loadguard workarounds list``) to apply; each must
             apply to the model. ``before_import`` ones run around the load, ``after_load`` ones after it
-            (skipped as stale when what they fix is already correct).
+            (skipped as stale when what they fix is already correct). ``"auto"`` (alone or in the list)
+            also applies the ``before_import`` workarounds whose declared failure the load hits, and retries;
+            the report says which and why.
         strict_stale: a stale workaround raises :class:`loadguard.errors.StaleWorkaroundError`.
         **from_pretrained_kwargs: passed to ``from_pretrained`` (``dtype=``, ``trust_remote_code=``, ...).
 
@@ -92,7 +101,7 @@ def load(
     chosen = registry.resolve(workarounds)
     token = _observers.inside_load.set(True)
     try:
-        model, early = load_unaudited(model_class, path, poison=poison, workarounds=chosen, strict_stale=strict_stale, **from_pretrained_kwargs)
+        model, early = load_unaudited(model_class, path, poison=poison, workarounds=workarounds, strict_stale=strict_stale, **from_pretrained_kwargs)
     finally:
         _observers.inside_load.reset(token)
     as_loaded, after = registry.audit_after_load(model, chosen, checkpoint, early=early, strict=strict_stale)

@@ -8,8 +8,11 @@ Options:
   --loadguard-poison                 loads inside tests run under ``loadguard.poison()``.
   --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``),
                                      one section per process that ran tests (``main``, or each pytest-xdist worker).
+  --loadguard-workarounds-from=FILE  import a Python file that registers workarounds (repeatable).
 
-Marker: ``@pytest.mark.loadguard(policy="repair", workarounds=["minicpmv-pos-cache"], strict_stale=True)``.
+Marker: ``@pytest.mark.loadguard(policy="repair", workarounds=["minicpmv-pos-cache"], strict_stale=True)``; its
+``before_import`` workarounds (or ``"auto"``) wrap every ``from_pretrained`` of the test. A load that fails
+the way a registered workaround fixes gets a note naming it (and the marker that applies it).
 Fixtures: ``hf_runner`` (``with hf_runner(path, trust_remote_code=True) as r:``; policy, poison and
 workarounds come from the options and marker), ``loadguard_report`` (the audits of the current test's loads).
 The patch of ``from_pretrained`` lives for the session only and is undone at its end.
@@ -70,6 +73,9 @@ def pytest_addoption(parser):
     group.addoption("--loadguard", choices=POLICIES, default="off", help="audit every from_pretrained: off, warn, fail or repair (default: off)")
     group.addoption("--loadguard-poison", action="store_true", default=False, help="run model loads under loadguard.poison() (leftover memory becomes NaN)")
     group.addoption("--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON")
+    group.addoption(
+        "--loadguard-workarounds-from", action="append", default=[], metavar="FILE", help="import a Python file that registers workarounds (repeatable)"
+    )
 
 
 def pytest_configure(config):
@@ -82,6 +88,16 @@ def pytest_configure(config):
         poison=config.getoption("--loadguard-poison"),
         record_path=config.getoption("--loadguard-record"),
     )
+    files = config.getoption("--loadguard-workarounds-from") or []
+    if files:
+        from . import workarounds as registry
+        from .errors import LoadguardError
+
+        for file in files:
+            try:
+                registry.load_file(file)
+            except LoadguardError as error:
+                raise pytest.UsageError(f"loadguard: {error.message}. {error.hint}") from None
     _sessions.append(session)
     from . import _observers
 
@@ -218,14 +234,28 @@ def _patch_from_pretrained(session: _Session, PreTrainedModel) -> None:
         from . import _observers
 
         item = session.current
-        policy = _policy(item, session)
-        if _observers.inside_load.get() or item is None or (policy == "off" and not session.poison):
+        if _observers.inside_load.get() or item is None:
             return function(cls, *args, **kwargs)  # loadguard.load audits itself; outside tests: untouched
-        from .poison import poison
+        from . import workarounds as registry
 
-        with poison() if session.poison else contextlib.nullcontext():
-            model = function(cls, *args, **kwargs)
-        _audit_load(model, policy, item)
+        policy = _policy(item, session)
+        selection = _marker(item).get("workarounds", ())
+        path = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+
+        def attempt(active):
+            from .poison import poison
+
+            with poison() if session.poison else contextlib.nullcontext():
+                return function(cls, *args, **kwargs)
+
+        try:
+            model, early = registry.attempt(attempt, selection, path, _config_of(path), strict=bool(_marker(item).get("strict_stale", False)))
+        except Exception as error:
+            _name_workarounds(error, selection)
+            raise
+        registry.remember(model, early)
+        if policy != "off" or session.poison:
+            _audit_load(model, policy, item, early)
         return model
 
     PreTrainedModel.from_pretrained = classmethod(from_pretrained)
@@ -236,7 +266,36 @@ def _patch_from_pretrained(session: _Session, PreTrainedModel) -> None:
     session.undo.append(undo)
 
 
-def _audit_load(model, policy: str, item) -> None:
+def _config_of(path) -> dict:
+    """The config.json of a local model folder (for the workarounds' applies_to), else just its name."""
+    import os
+
+    config = {"_name_or_path": str(path)}
+    try:
+        with open(os.path.join(str(path), "config.json")) as handle:
+            config.update(json.load(handle))
+    except (OSError, ValueError, TypeError):
+        pass
+    return config
+
+
+def _name_workarounds(error: BaseException, selection) -> None:
+    """A load that failed the way registered workarounds fix: say which, and how to apply them here."""
+    from . import workarounds as registry
+    from .errors import LoadguardError, hint_for
+
+    active = {w.name for w in registry.resolve(selection)}
+    names = [n for n in (getattr(error, "fixes", ()) or [w.name for w in registry.matching(error)]) if n not in active]
+    if not names:
+        return
+    if isinstance(error, LoadguardError):
+        error.fixes = tuple(names)
+    probe = LoadguardError("", "")
+    probe.fixes = tuple(names)
+    error.add_note(f"loadguard: {hint_for(probe, 'pytest')}")
+
+
+def _audit_load(model, policy: str, item, early=()) -> None:
     from . import _observers
     from . import workarounds as registry
     from .load import describe_failures
@@ -244,7 +303,7 @@ def _audit_load(model, policy: str, item) -> None:
 
     settings = _marker(item)
     chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
-    as_loaded, after = registry.audit_after_load(model, chosen, strict=bool(settings.get("strict_stale", False)))
+    as_loaded, after = registry.audit_after_load(model, chosen, early=early, strict=bool(settings.get("strict_stale", False)))
     report = after or as_loaded
     model.loadguard_report = report
     result = None
@@ -295,12 +354,18 @@ def hf_runner(request):
         kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
         from .errors import BrokenModelError
 
+        from .errors import LoadguardError, hint_for
+
         try:
             return HfRunner(model, *args, **kwargs)
         except BrokenModelError as error:  # one clear failure, not a traceback into loadguard
             failure = f"loadguard: {error}"
             if kwargs["audit"] != "repair":  # under repair, repair already ran and could not make it clean
                 failure += "\nIn this pytest run: --loadguard=repair repairs every audited load"
+        except LoadguardError as error:
+            if not error.fixes:
+                raise
+            failure = f"loadguard: {error.message}\nHint: {hint_for(error, 'pytest')}"
         # failed outside the except block, so the report shows the message once, not as a chained exception
         pytest.fail(failure, pytrace=False)
 

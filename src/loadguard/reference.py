@@ -117,27 +117,38 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             if key in _cache:
                 _cache.move_to_end(key)
                 return _cache[key]
+    from . import workarounds as registry
+
     start = time.perf_counter()
-    try:
-        with torch.random.fork_rng(devices=[]), _default_dtype(dtype):
-            torch.manual_seed(0x10AD)
-            seeded = torch.random.get_rng_state()
-            first = _construct(model_class, config)
-            values, aliases = _buffers(first)
-            second_values: dict[str, torch.Tensor] = {}
-            # only a construction that drew random numbers can have random buffers: build a second time
-            # under another seed to tell which
-            drew_random = not torch.equal(seeded, torch.random.get_rng_state())
-            if detect_random and values and drew_random:
-                torch.manual_seed(0x6A4D)
-                second_values, _ = _buffers(_construct(model_class, config))
-    except Exception as error:  # the model's own code failed: say so, with its exception
-        raise ReferenceBuildError(
-            f"building the reference of {model_class.__name__} from its config failed: "
-            f"{type(error).__name__}: {error}",
-            "the model's constructor must run from its config alone; audit with reference=None to run "
-            "the checks that do not need it",
-        ) from error
+    names = list(getattr(model, registry.CONSTRUCTION_ATTRIBUTE, ()))
+    while True:
+        try:
+            with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.construction(names, None if names else {}, _folder_of(config)):
+                torch.manual_seed(0x10AD)
+                seeded = torch.random.get_rng_state()
+                first = _construct(model_class, config)
+                values, aliases = _buffers(first)
+                second_values: dict[str, torch.Tensor] = {}
+                # only a construction that drew random numbers can have random buffers: build a second time
+                # under another seed to tell which
+                drew_random = not torch.equal(seeded, torch.random.get_rng_state())
+                if detect_random and values and drew_random:
+                    torch.manual_seed(0x6A4D)
+                    second_values, _ = _buffers(_construct(model_class, config))
+            break
+        except Exception as error:  # the model's own code failed
+            # code written for an older transformers may need the workarounds its load needed: apply the ones
+            # that declare this failure (the load that produced the model must have had them too)
+            more = [w.name for w in registry.matching(error) if w.name not in names]
+            if more:
+                names += more
+                continue
+            raise ReferenceBuildError(
+                f"building the reference of {model_class.__name__} from its config failed: "
+                f"{type(error).__name__}: {error}",
+                "the model's constructor must run from its config alone; audit with reference=None to run "
+                "the checks that do not need it",
+            ) from error
     unverifiable: dict[str, str] = {}
     kept: dict[str, torch.Tensor] = {}
     for name, value in values.items():
@@ -169,6 +180,14 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if torch.equal(a, b):
         return True
     return a.dtype.is_floating_point and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _folder_of(config):
+    """The model's local folder, when its config came from one (for workarounds that read its files)."""
+    from pathlib import Path
+
+    name = str(getattr(config, "_name_or_path", "") or "")
+    return Path(name) if name and Path(name).is_dir() else None
 
 
 def clear_cache() -> None:

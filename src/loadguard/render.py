@@ -111,7 +111,8 @@ def print_report(console: Console, report: AuditReport, repair: RepairResult | N
     for line in check_lines(report):
         console.print(line, highlight=False)
     for outcome in report.workarounds:
-        console.print(f"workaround {outcome.name} ({outcome.stage}): {outcome.status}" + (f", {outcome.detail}" if outcome.detail else ""), highlight=False)
+        line = f"workaround {outcome.name} ({outcome.stage}): {outcome.status}" + (f", {outcome.detail}" if outcome.detail else "")
+        console.print(line + (f" ({outcome.auto})" if outcome.auto else ""), highlight=False, soft_wrap=True)
     if repair is not None:
         if repair.repaired:
             console.print(f"repaired {len(repair.repaired)}: {', '.join(collapse_names(repair.repaired))}", highlight=False)

@@ -54,9 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     except LoadguardError as error:
         if debug:
             traceback.print_exc()
+        from ..errors import hint_for
+
         stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
-        if error.hint:
-            stderr().print(f"[bold]Hint:[/] {error.hint}", highlight=False)
+        hint = hint_for(error, "cli")
+        if hint:
+            stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.exceptions.Abort:
         stderr().print("[bold red]Error:[/] aborted", highlight=False)

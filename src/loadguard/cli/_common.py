@@ -73,6 +73,29 @@ def progress(message: str, after: float = 1.0):
                 state["status"].stop()
 
 
+def _load_workaround_files(ctx, param, values):
+    from .. import workarounds as registry
+
+    for value in values or ():
+        registry.load_file(value)
+    return values
+
+
+def workarounds_from_option(expose: bool = False):
+    """``--workarounds-from FILE.py`` (repeatable): workarounds registered outside the package, imported before
+    any other option is read so that ``--workaround NAME`` can name them."""
+    return click.option(
+        "--workarounds-from",
+        "workarounds_from",
+        multiple=True,
+        metavar="FILE.py",
+        is_eager=True,
+        expose_value=expose,
+        callback=_load_workaround_files,
+        help="Import a Python file that registers workarounds with @loadguard.workaround (repeatable).",
+    )
+
+
 def loading_options(command):
     """The options every command that loads a model takes, the way ``from_pretrained`` spells them."""
     options = [
@@ -82,7 +105,11 @@ def loading_options(command):
         click.option("--dtype", default="auto", show_default=True, metavar="auto|float32|bfloat16|float16", help="dtype to load in."),
         click.option("--device", default="cpu", show_default=True, metavar="DEVICE", help="cpu, cuda, cuda:N, mps."),
         click.option("--poison/--no-poison", default=True, show_default=True, help="Fill uninitialized memory with NaN/INT_MAX during the load so leftovers cannot pass for values."),
-        click.option("--workaround", "workarounds", multiple=True, metavar="NAME", help="Apply a registered workaround (repeatable; `loadguard workarounds list`)."),
+        click.option(
+            "--workaround", "workarounds", multiple=True, metavar="NAME",
+            help="Apply a registered workaround (repeatable; `loadguard workarounds list`); 'auto' applies those whose failure the load hits.",
+        ),
+        workarounds_from_option(),
         click.option("--strict-stale", is_flag=True, help="A workaround that is no longer needed is an error."),
     ]
     for option in reversed(options):

@@ -35,7 +35,8 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
         report = audit(model, path)
         repaired = repair(model, report) if not report.ok else None
     a = runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
-    twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype)
+    applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == "applied"]
+    twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=applied)
     runner_stage = [w.name for w in registry.resolve(workarounds) if w.stage == "runner"]
     twin_runner = HfRunner.from_model(twin, runner.processor, runner.tokenizer, workarounds=runner_stage)
     b = twin_runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)

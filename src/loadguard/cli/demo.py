@@ -12,30 +12,26 @@ MAX_NEW_TOKENS = 8
 
 
 def _greedy(model, processor, cases) -> list[str]:
-    import torch
+    """Greedy text per case through the reference runner (which adapts MiniCPM-V's generate)."""
+    from ..runner import HfRunner
 
-    texts = []
-    for prompt, images in cases:
-        inputs = processor(text=prompt, images=images)
-        inputs.pop("image_sizes", None)
-        with torch.no_grad():
-            ids = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, decode_text=False)
-        texts.append(processor.tokenizer.decode(ids[0, inputs["input_ids"].shape[1] :]))
-    return texts
+    runner = HfRunner.from_model(model, processor)
+    prompts = [prompt for prompt, _ in cases]
+    return [text for _, text in runner.generate_greedy(prompts, MAX_NEW_TOKENS, images=[images for _, images in cases])]
 
 
 @click.command()
 @click.option("--poison/--no-poison", default=False, show_default=True, help="Load under loadguard.poison() (the garbage becomes NaN).")
 def demo(poison):
     """Build a MiniCPM-V-shaped remote-code model, load it, find its broken pos_embed, repair it, prove it."""
-    import contextlib
-
     import transformers
     from rich.rule import Rule
+    from rich.table import Table
     from transformers import AutoModelForCausalLM, AutoProcessor
 
-    from .. import audit, repair, zoo
-    from ..poison import poison as poison_context
+    from .. import _hf, audit, repair, zoo
+    from ..errors import LoadguardError, hint_for
+    from ..load import load_unaudited
     from ..render import detail_lines, findings_table
     from ..zoo._images import demo_images
 
@@ -48,11 +44,28 @@ def demo(poison):
         fixed_path = zoo.build("minicpmv_like_fixed", f"{workdir}/minicpmv_like_fixed")
         out.print("Its resampler adds a 2D sin/cos table, [bold]pos_embed[/] (70x70x32), to the keys of its cross-attention.")
         out.print("The table is a non-persistent buffer computed in __init__; the model's _init_weights does not rebuild it.")
+        out.print("Like the real one, its code was written for transformers 4.")
 
         out.print(Rule(f"2. Load it as everyone does (transformers {transformers.__version__})"))
         out.print(f'model = AutoModelForCausalLM.from_pretrained("{path.name}", trust_remote_code=True)', highlight=False)
-        with poison_context() if poison else contextlib.nullcontext():
-            model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+        try:
+            AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+            out.print("it imports and constructs on this transformers")
+        except Exception as error:  # what a user sees first, then what loadguard makes of it
+            translated = _hf.translate(error, path)
+            out.print(f"[bold red]{type(error).__name__}[/]: {str(error).splitlines()[0]}", highlight=False)
+            out.print(f"loadguard: {translated.message}", highlight=False)
+            out.print(f"Hint: {hint_for(translated, 'cli')}", highlight=False)
+        out.print('loadguard.load(..., workarounds="auto") applies the workarounds whose failure the load hits, and says so:')
+        try:
+            model, outcomes = load_unaudited(AutoModelForCausalLM, path, poison=poison, workarounds="auto", trust_remote_code=True)
+            fixed_model, _ = load_unaudited(AutoModelForCausalLM, fixed_path, workarounds="auto", trust_remote_code=True)
+        except LoadguardError as error:
+            stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
+            stderr().print(f"[bold]Hint:[/] {hint_for(error, 'cli')}", highlight=False)
+            return ExitCode.COULD_NOT_RUN
+        for outcome in outcomes:
+            out.print(f"  workaround {outcome.name}: {outcome.status} ({outcome.auto or outcome.detail})", highlight=False)
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=True)
         images = demo_images(entry.image_sizes)
         cases = [(entry.prompts[0], [image]) for image in images] + [(entry.prompts[1], images[:2])]
@@ -75,11 +88,9 @@ def demo(poison):
         result = repair(model, report)
         out.print(f"repaired: {', '.join(result.repaired) or 'nothing'}; re-audit: " + ("[bold green]clean[/]" if result.ok else "[bold red]still broken[/]"))
         repaired_text = _greedy(model, processor, cases)
-        fixed_text = _greedy(AutoModelForCausalLM.from_pretrained(fixed_path, trust_remote_code=True), processor, cases)
+        fixed_text = _greedy(fixed_model, processor, cases)
 
         out.print(Rule(f"5. Greedy output, {MAX_NEW_TOKENS} tokens per prompt"))
-        from rich.table import Table
-
         table = Table(header_style="bold")
         for column in ("prompt", "as loaded", "repaired", "fixed model"):
             table.add_column(column, overflow="fold")
@@ -92,7 +103,7 @@ def demo(poison):
         out.print(f"as loaded: {differing} of {len(cases)} outputs wrong; repaired: equal to the fixed model: {repaired_text == fixed_text}")
 
         out.print(Rule("6. Prevent it in one line"))
-        out.print('model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True)', highlight=False)
+        out.print('model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, workarounds="auto")', highlight=False)
         out.print("loads, audits, repairs and attaches the report (model.loadguard_report); on_problem='raise' fails instead.")
         if repaired_text != fixed_text or not result.ok:
             stderr().print("[bold red]Error:[/] the repaired model does not match the fixed model", highlight=False)

@@ -89,9 +89,13 @@ def summarize(runs: list[dict]) -> dict:
     "-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
     help="Runs at once, each a fresh pytest-xdist worker (needs pytest-xdist).",
 )
+@click.option(
+    "--workarounds-from", "workaround_files", multiple=True, metavar="FILE.py", type=click.Path(exists=True, dir_okay=False),
+    help="A Python file that registers workarounds, imported by every run's pytest (repeatable).",
+)
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def repeat(count, poison, policy, jobs, fmt, pytest_args):
+def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
     """Run the selected tests N times in fresh processes; report pass rate and fingerprints per test.
 
     Exit 0: every test passed in every run; 1: some run failed; 2: could not run.
@@ -111,6 +115,7 @@ def repeat(count, poison, policy, jobs, fmt, pytest_args):
             command = [sys.executable, "-m", "pytest", *pytest_args, "-q", "-p", "no:cacheprovider", f"--loadguard={policy}", f"--loadguard-record={record}"]
             if poison:
                 command.append("--loadguard-poison")
+            command += [f"--loadguard-workarounds-from={os.path.abspath(file)}" for file in workaround_files]
             if jobs > 1:
                 command += ["-n", str(batch), "--dist", "each"]
             label = f"run {len(runs) + 1} of {count}" if batch == 1 else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"

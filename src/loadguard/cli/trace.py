@@ -23,8 +23,8 @@ def trace(path, trust_remote_code, auto_class, dtype, device, poison, workaround
         path, [prompt] if prompt else [], image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype,
         device=device, poison=poison, workarounds=workarounds, strict_stale=strict_stale,
     )
-    inputs = runner._inputs(prompts[0], images[0] if images else None)
-    result = run_trace(runner.model, inputs)
+    # one greedy step through the runner: the model's own generate path, whatever its forward takes
+    result = run_trace(runner.model, run=lambda: runner.generate_greedy(prompts[:1], 1, images=images[:1] if images else None))
     if fmt == "json":
         click.echo(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict()}, indent=2))
     else:

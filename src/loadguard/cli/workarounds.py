@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, load_model, stdout
+from ._common import ExitCode, load_model, stderr, stdout, workarounds_from_option
 
 
 def _status(item, model, report, runner) -> str:
@@ -22,7 +22,7 @@ def _status(item, model, report, runner) -> str:
         return f"needed: {', '.join(broken)} broken" if broken else f"stale: {', '.join(targets)} already correct"
     if item.stage == "runner":
         return "needed" if item.needed is None or item.needed(runner) else "stale"
-    return "applies (before import: shown when used with --workaround)"
+    return "applies (before import: load with --workaround auto to see whether it is needed)"
 
 
 @click.group()
@@ -33,9 +33,12 @@ def workarounds():
 @workarounds.command("list")
 @click.argument("path", required=False)
 @click.option("--trust-remote-code", is_flag=True, help="Needed to load PATH if it has its own code.")
+@click.option("--workaround", "selection", multiple=True, metavar="NAME", help="Load PATH with these (e.g. 'auto' for code written for older transformers).")
+@workarounds_from_option()
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
-def list_workarounds(path, trust_remote_code, fmt):
-    """List every registered workaround; with PATH, load it (under poison) and say whether each is needed."""
+def list_workarounds(path, trust_remote_code, selection, fmt):
+    """List every registered workaround, where it comes from and the failures it fixes; with PATH, load it
+    (under poison) and say whether each is needed."""
     from rich.table import Table
 
     from .. import audit
@@ -45,19 +48,35 @@ def list_workarounds(path, trust_remote_code, fmt):
     items = registry.all_workarounds()
     statuses: dict[str, str] = {}
     if path:
-        model, _ = load_model(path, trust_remote_code=trust_remote_code, auto_class=None, dtype="auto", device="cpu", poison=True)
+        model, early = load_model(
+            path, trust_remote_code=trust_remote_code, auto_class=None, dtype="auto", device="cpu", poison=True, workarounds=selection
+        )
         report = audit(model, path)
         runner = HfRunner.from_model(model, auto_workarounds=False)
         statuses = {item.name: _status(item, model, report, runner) for item in items}
+        for outcome in early:  # before_import: what this load did with them
+            statuses[outcome.name] = "needed: " + (outcome.detail or "applied") if outcome.status == "applied" else "stale: " + outcome.detail
     rows = [
-        {"name": w.name, "stage": w.stage, "applies_to": w.applies_to_text, "reason": w.reason, "upstream": w.upstream, "status": statuses.get(w.name)}
+        {
+            "name": w.name,
+            "stage": w.stage,
+            "source": w.source,
+            "applies_to": w.applies_to_text,
+            "fixes": [f"{s.exception}: {s.pattern}" for s in w.fixes],
+            "reason": w.reason,
+            "upstream": w.upstream,
+            "status": statuses.get(w.name),
+        }
         for w in items
     ]
+    broken = registry.external_errors()
     if fmt == "json":
-        click.echo(json.dumps({"model": path, "workarounds": rows}, indent=2))
+        click.echo(json.dumps({"model": path, "workarounds": rows, "entry_point_errors": broken}, indent=2))
         return ExitCode.CLEAN
+    for entry_point, why in sorted(broken.items()):
+        stderr().print(f"[bold]Warning:[/] workaround entry point {entry_point} could not be imported: {why}", highlight=False)
     table = Table(header_style="bold")
-    columns = ["name", "stage", "applies_to", "reason", "upstream"] + (["status"] if path else [])
+    columns = ["name", "stage", "source", "reason", "upstream"] + (["status"] if path else [])
     for column in columns:
         table.add_column(column.replace("_", " "), overflow="fold")
     for row in rows:

@@ -17,27 +17,36 @@ from ..checkpoint import Checkpoint, map_keys
 from ..errors import CheckpointError
 
 
-def eager_load(path: str | os.PathLike, *, auto_cls: Any = None, trust_remote_code: bool = False, dtype: Any = "auto") -> torch.nn.Module:
+def eager_load(
+    path: str | os.PathLike, *, auto_cls: Any = None, trust_remote_code: bool = False, dtype: Any = "auto", workarounds: Any = ()
+) -> torch.nn.Module:
     """Build the model from its config eagerly (real tensors, ``__init__`` runs as written), then copy in
     every checkpoint tensor that maps onto it. Raises if a checkpoint tensor cannot be placed one to one.
+    ``workarounds``: the ``before_import`` workarounds its code needs (or ``"auto"``), as for ``loadguard.load``.
 
     Example::
 
-        twin = eager_load(path, trust_remote_code=True)
+        twin = eager_load(path, trust_remote_code=True, workarounds="auto")
     """
     from transformers import AutoConfig
+
+    from .. import workarounds as registry
 
     config_dict = _hf.read_config(path, trust_remote_code)
     cls = _hf.resolve_class(auto_cls, config_dict)
     parsed = _hf.parse_dtype(dtype)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        if hasattr(cls, "from_config"):
-            model = cls.from_config(config, trust_remote_code=trust_remote_code) if cls.__name__.startswith("Auto") else cls._from_config(config)
-        else:
-            model = cls(config)
-    except Exception as error:
-        raise _hf.translate(error, path) from error
+
+    def build(active: tuple[str, ...]):
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            if hasattr(cls, "from_config"):
+                return config, (cls.from_config(config, trust_remote_code=trust_remote_code) if cls.__name__.startswith("Auto") else cls._from_config(config))
+            return config, cls(config)
+        except Exception as error:
+            raise _hf.translate(error, path, active) from error
+
+    (config, model), outcomes = registry.attempt(build, workarounds, path, {"_name_or_path": str(path), **config_dict})
+    registry.remember(model, outcomes)
     if parsed not in (None, "auto"):
         model = model.to(parsed)
     elif getattr(config, "dtype", None) is not None and isinstance(config.dtype, torch.dtype):

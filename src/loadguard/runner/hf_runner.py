@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ import torch
 
 from .. import _hf
 from ..audit import audit as run_audit
-from ..errors import InvalidOptionError
+from ..errors import InvalidOptionError, RunnerConsistencyError
 from ..load import load as guarded_load
 from ..load import load_unaudited
 from ..report import AuditReport, RepairResult
@@ -35,7 +36,8 @@ class HfRunner:
             (raise :class:`loadguard.BrokenModelError`), ``"warn"`` or ``"off"``.
         patches: callables ``runner -> runner`` applied after loading, as engine suites patch per model.
         poison: load under :func:`loadguard.poison`.
-        workarounds: registered workarounds to apply (``loadguard workarounds list``), any stage.
+        workarounds: registered workarounds to apply (``loadguard workarounds list``), any stage;
+            ``"auto"`` also applies the ``before_import`` ones whose declared failure the load hits.
         strict_stale: a stale workaround raises instead of being reported.
         auto_workarounds: also apply the registered ``runner``-stage workarounds that apply to this model
             (the per-model runner patches engine suites keep).
@@ -60,7 +62,7 @@ class HfRunner:
         audit: str = "repair",
         patches: Iterable[Callable[[HfRunner], HfRunner]] = (),
         poison: bool = False,
-        workarounds: Sequence[str] = (),
+        workarounds: str | Sequence[str] = (),
         strict_stale: bool = False,
         auto_workarounds: bool = True,
     ):
@@ -77,11 +79,11 @@ class HfRunner:
         from .. import workarounds as registry
 
         chosen = registry.resolve(workarounds)
-        load_stage = [w for w in chosen if w.stage != "runner"]
+        load_stage = [w for w in chosen if w.stage != "runner"] + ([registry.AUTO] if registry.wants_auto(workarounds) else [])
         self.workarounds: list = []
         if audit == "off":
             self.model, early = load_unaudited(auto_cls, model, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
-            self.workarounds = early + registry.after_load(self.model, load_stage, strict=strict_stale)
+            self.workarounds = early + registry.after_load(self.model, [w for w in load_stage if w != registry.AUTO], strict=strict_stale)
         else:
             self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
             self.report = self.model.loadguard_report
@@ -152,9 +154,8 @@ class HfRunner:
             batch = self.processor(text=prompt, images=list(images), return_tensors="pt")
         else:
             batch = (self.processor if self.processor is not None else self.tokenizer)(text=prompt, return_tensors="pt")
-        inputs = dict(batch)
         device = next(self.model.parameters()).device
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        return {k: _to_device(v, device) for k, v in dict(batch).items()}
 
     @staticmethod
     def _per_prompt(prompts: Sequence[str], images: Sequence[Any] | None) -> list[Any]:
@@ -167,16 +168,54 @@ class HfRunner:
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True) if self.tokenizer is not None else ""
 
+    def _generate_one(self, inputs: dict[str, Any], kwargs: dict[str, Any]):
+        """``model.generate`` asked for a dict with the step scores: (output, generated ids). Works whether the
+        model's ``generate`` returns prompt + new tokens or, like models that generate from ``inputs_embeds``,
+        the new tokens only: the generated ids are the last ones, one per step."""
+        asked = {"return_dict_in_generate": True, "output_scores": True, **kwargs}
+        output = self.model.generate(**inputs, **asked)
+        if not hasattr(output, "sequences"):  # a generate that returns a plain tensor
+            return None, _new_tokens(output, inputs.get("input_ids"), kwargs.get("max_new_tokens"))
+        steps = len(output.scores or ()) or len(getattr(output, "logits", None) or ())
+        sequences = output.sequences
+        ids = sequences[0, sequences.shape[1] - steps :].tolist() if steps else []
+        return output, ids
+
+    def _check_greedy(self, ids: list[int], output, logprobs: list[dict[int, float]] | None, do_sample: bool) -> None:
+        """Under greedy decoding every generated token is the argmax of its step's scores (and, within a
+        near-tie, the top of the reported logprobs): anything else means the ids were cut wrong."""
+        if output is None or do_sample or getattr(output, "scores", None) is None:
+            return
+        if len(output.scores) != len(ids):
+            raise RunnerConsistencyError(f"{self.model_name}: {len(ids)} generated ids but {len(output.scores)} generation steps", _CONSISTENCY_HINT)
+        for step, (token, scores) in enumerate(zip(ids, output.scores)):
+            row = scores[0].float()
+            if not bool(torch.isfinite(row).any()):
+                continue  # all-NaN logits: the comparators report that, with the model's own words
+            best = int(torch.argmax(row))
+            if best != token:
+                raise RunnerConsistencyError(
+                    f"{self.model_name}: step {step} generated token {token} but the argmax of that step's scores is {best}",
+                    _CONSISTENCY_HINT,
+                )
+            if logprobs is not None and logprobs[step]:
+                top = max(logprobs[step].values())
+                mine = logprobs[step].get(token)
+                if mine is None or (math.isfinite(top) and top - mine > _near_tie(self.model)):
+                    raise RunnerConsistencyError(
+                        f"{self.model_name}: step {step} generated token {token} but the logprobs rank another token first "
+                        f"({top:.4f} vs {mine if mine is not None else 'not in the top-k'})",
+                        _CONSISTENCY_HINT,
+                    )
+
     def generate(self, prompts: Sequence[str], images: Sequence[Any] | None = None, **kwargs: Any) -> list[TokensText]:
-        """``model.generate`` per prompt; returns the generated continuation as ``(ids, text)``."""
+        """``model.generate`` per prompt; returns exactly the generated tokens as ``(ids, text)``."""
         results = []
-        for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
-            inputs = self._inputs(prompt, prompt_images)
-            with torch.no_grad():
-                output = self.model.generate(**inputs, **kwargs)
-            sequences = output.sequences if hasattr(output, "sequences") else output
-            ids = sequences[0, inputs["input_ids"].shape[1] :].tolist()
-            results.append((ids, self._decode(ids)))
+        with torch.no_grad():
+            for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
+                output, ids = self._generate_one(self._inputs(prompt, prompt_images), kwargs)
+                self._check_greedy(ids, output, None, bool(kwargs.get("do_sample", False)))
+                results.append((ids, self._decode(ids)))
         return results
 
     def generate_greedy(self, prompts: Sequence[str], max_tokens: int, images: Sequence[Any] | None = None, **kwargs: Any) -> list[TokensText]:
@@ -188,36 +227,32 @@ class HfRunner:
         """Greedy generation with the top ``num_logprobs`` logprobs per generated token.
 
         Logprobs are the float32 log-softmax of the last hidden state times the output embedding (as engine
-        suites compute them), or of the model's raw logits when it returns no hidden states.
+        suites compute them), or of the model's raw logits when it returns no hidden states. The generated ids
+        are checked against each step's argmax (:class:`RunnerConsistencyError` if they disagree).
         """
         results = []
         head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
-            inputs = self._inputs(prompt, prompt_images)
-            with torch.no_grad():
-                output = self.model.generate(
-                    **inputs,
-                    do_sample=False,
-                    max_new_tokens=max_tokens,
-                    output_hidden_states=True,
-                    output_logits=True,
-                    return_dict_in_generate=True,
-                    **kwargs,
-                )
-            ids = output.sequences[0, inputs["input_ids"].shape[1] :].tolist()
-            steps = []
-            for step, logits in enumerate(output.logits):
-                hidden = _last_hidden(output, step)
-                if hidden is not None and head is not None and isinstance(head, torch.nn.Linear):
-                    scores = hidden.float() @ head.weight.float().t()
-                    if head.bias is not None:
-                        scores = scores + head.bias.float()
-                else:
-                    scores = logits[0].float()
-                logprobs = torch.log_softmax(scores, dim=-1)
-                top = torch.topk(logprobs, num_logprobs)
-                steps.append({int(t): float(v) for t, v in zip(top.indices.tolist(), top.values.tolist())})
-            results.append((ids, self._decode(ids), steps))
+        with torch.no_grad():  # a model's generate may hand back inference-mode tensors
+            for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
+                inputs = self._inputs(prompt, prompt_images)
+                options = {"do_sample": False, "max_new_tokens": max_tokens, "output_hidden_states": True, "output_logits": True, **kwargs}
+                output, ids = self._generate_one(inputs, options)
+                if output is None:
+                    raise InvalidOptionError(f"{self.model_name}'s generate returns no scores", "use generate_greedy for this model")
+                steps = []
+                for step, logits in enumerate(output.logits):
+                    hidden = _last_hidden(output, step)
+                    if hidden is not None and head is not None and isinstance(head, torch.nn.Linear):
+                        scores = hidden.float() @ head.weight.float().t()
+                        if head.bias is not None:
+                            scores = scores + head.bias.float()
+                    else:
+                        scores = logits[0].float()
+                    logprobs = torch.log_softmax(scores, dim=-1)
+                    top = torch.topk(logprobs, num_logprobs)
+                    steps.append({int(t): float(v) for t, v in zip(top.indices.tolist(), top.values.tolist())})
+                self._check_greedy(ids, output, steps, False)
+                results.append((ids, self._decode(ids), steps))
         return results
 
     def encode(self, prompts: Sequence[str]) -> list[list[float]]:
@@ -232,6 +267,39 @@ class HfRunner:
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
             vectors.append(torch.nn.functional.normalize(pooled.float(), dim=-1)[0].tolist())
         return vectors
+
+
+_CONSISTENCY_HINT = "this is a loadguard runner bug or a model whose generate post-processes its tokens: report it with the model"
+
+
+def _near_tie(model) -> float:
+    """How far the float32 recomputed logprobs may rank another token above the generated one: none in
+    float32, a bfloat16/float16 rounding's worth otherwise."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return 1e-4 if dtype in (torch.float32, torch.float64) else 0.1
+
+
+def _to_device(value: Any, device) -> Any:
+    """Tensors, and tensors in (nested) lists, moved to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list):
+        return [_to_device(v, device) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, device) for v in value)
+    return value
+
+
+def _new_tokens(sequences: torch.Tensor, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> list[int]:
+    """The generated ids of a plain-tensor generate output: after the prompt when it starts with it (and
+    is long enough to hold it), the whole sequence otherwise (a generate from inputs_embeds)."""
+    row = sequences[0]
+    prompt = input_ids[0] if input_ids is not None else None
+    if prompt is not None and row.shape[0] > prompt.shape[0] and torch.equal(row[: prompt.shape[0]].to(prompt.device), prompt):
+        return row[prompt.shape[0] :].tolist()
+    if max_new_tokens is not None and row.shape[0] > max_new_tokens:
+        return row[-max_new_tokens:].tolist()
+    return row.tolist()
 
 
 def _last_hidden(output, step: int):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,14 +67,19 @@ def _own_non_finite(module: nn.Module, prefix: str) -> list[str]:
     return [f"{prefix}.{n}" if prefix else n for n, t in named if t is not None and t.device.type != "meta" and _non_finite(t)]
 
 
-def trace(model: nn.Module, inputs: Mapping[str, Any]) -> TraceResult:
-    """Run ``model(**inputs)`` once with hooks on every module and report where NaN/Inf first appears.
+def trace(model: nn.Module, inputs: Mapping[str, Any] | None = None, *, run: Callable[[], Any] | None = None) -> TraceResult:
+    """Run ``model(**inputs)`` (or ``run()``: e.g. one greedy step through a runner, for models whose
+    forward takes its inputs some other way) once with hooks on every module and report where NaN/Inf
+    first appears.
 
     Example::
 
         result = loadguard.trace(model, processor(text=prompt, images=[image]))
+        result = loadguard.trace(runner.model, run=lambda: runner.generate_greedy([prompt], 1, images=[[image]]))
         print(result.describe())   # first non-finite output: resampler.attn ... resampler.pos_embed
     """
+    if (inputs is None) == (run is None):
+        raise TypeError("trace() takes inputs or run=, one of them")
     names = {module: name for name, module in model.named_modules()}
     state: dict[str, Any] = {"first": None, "count": 0, "inputs": {}}
     handles = []
@@ -94,7 +99,10 @@ def trace(model: nn.Module, inputs: Mapping[str, Any]) -> TraceResult:
         handles.append(module.register_forward_hook(after, with_kwargs=True))
     try:
         with torch.no_grad():
-            model(**{k: v for k, v in inputs.items() if k != "image_sizes"})
+            if run is not None:
+                run()
+            else:
+                model(**{k: v for k, v in inputs.items() if k != "image_sizes"})
     finally:
         for handle in handles:
             handle.remove()

@@ -35,29 +35,35 @@ def minicpmv_pos_cache(model) -> int:
     return restored
 
 
-def _generate_decodes_text(runner) -> bool:
-    """Its generate returns text unless told decode_text=False: the runner needs token ids."""
+def _generate_needs_adapting(runner) -> bool:
+    """Its generate takes the tokenizer (to find its terminators) and a ``decode_text`` switch, and passes
+    unknown keywords such as the processor's ``image_sizes`` down to the language model's generate."""
     import inspect
 
     generate = runner.model.generate
-    return "decode_text" in inspect.signature(generate).parameters and not getattr(generate, "_loadguard_wrapped", False)
+    if getattr(generate, "_loadguard_wrapped", False):
+        return False
+    parameters = inspect.signature(generate).parameters
+    return "tokenizer" in parameters or "decode_text" in parameters
 
 
 @workaround(
     "minicpmv-26-runner",
     applies_to=MINICPMV,
     stage="runner",
-    reason="MiniCPM-V's generate decodes text by default and rejects the processor's image_sizes: "
-    "wrap it to return token ids and drop image_sizes",
+    reason="MiniCPM-V's generate needs tokenizer= to find its terminators, decodes text unless decode_text=False "
+    "and passes the processor's image_sizes on to the language model: wrap it to get token ids",
     upstream="vllm#51432",
-    needed=_generate_decodes_text,
+    needed=_generate_needs_adapting,
 )
 def minicpmv_26_runner(runner):
     original = runner.model.generate
+    tokenizer = runner.tokenizer
 
     @functools.wraps(original)
     def generate(*args, image_sizes=None, **kwargs):
         kwargs.setdefault("decode_text", False)
+        kwargs.setdefault("tokenizer", tokenizer)
         return original(*args, **kwargs)
 
     generate._loadguard_wrapped = True

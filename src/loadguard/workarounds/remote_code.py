@@ -13,7 +13,7 @@ from . import Usage, workaround
 TYPING_ALIASES = ("Any", "Callable", "Dict", "FrozenSet", "Iterable", "Iterator", "List", "Mapping", "Optional", "Sequence", "Set", "Tuple", "Type", "Union")
 
 
-def _has_remote_code(config: dict) -> bool:
+def has_remote_code(config: dict) -> bool:
     """any model with remote code (an auto_map in its config)"""
     return bool(config.get("auto_map"))
 
@@ -39,19 +39,20 @@ def _leaked_names(source: str) -> set[str]:
 
 @workaround(
     "remote-code-typing-aliases",
-    applies_to=_has_remote_code,
+    applies_to=has_remote_code,
     stage="before_import",
     reason="remote code that uses List/Dict/Optional/... leaked from `from torch.nn.functional import *`, "
     "which current torch no longer leaks (NameError on import)",
     upstream="vllm#51432",
+    fixes=[("NameError", r"name '(" + "|".join(TYPING_ALIASES) + r")' is not defined")],
 )
 @contextlib.contextmanager
 def typing_aliases(path, config: dict) -> Iterator[Usage]:
     import torch.nn.functional as functional
 
     needed: set[str] = set()
-    folder = Path(path)
-    for file in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+    folder = Path(path) if path is not None else None
+    for file in sorted(folder.glob("*.py")) if folder is not None and folder.is_dir() else []:
         try:
             needed |= _leaked_names(file.read_text())
         except (SyntaxError, UnicodeDecodeError, OSError):
@@ -87,11 +88,12 @@ class _TiedKeysShim:
 
 @workaround(
     "v4-tied-weights-keys",
-    applies_to=_has_remote_code,
+    applies_to=has_remote_code,
     stage="before_import",
     reason="remote code written for transformers 4.x: _tied_weights_keys as a list, or no post_init() call "
     "('... object has no attribute all_tied_weights_keys')",
     upstream="transformers#46620",
+    fixes=[("AttributeError", r"has no attribute 'all_tied_weights_keys'")],
 )
 @contextlib.contextmanager
 def v4_tied_weights_keys(path, config: dict) -> Iterator[Usage]:

@@ -32,7 +32,12 @@ class ZooEntry:
     image_sizes: tuple[tuple[int, int], ...] = ()
     """(width, height) of the demo images each prompt's ``<image>`` placeholders take, in order."""
     load_error: str | None = None
-    """The exception a plain ``from_pretrained`` of this entry raises (its code fails to import)."""
+    """The exception a plain ``from_pretrained`` of this entry raises on transformers 5 (code written for 4.x)."""
+    workarounds: tuple[str, ...] = ()
+    """The ``before_import`` workarounds its code needs on transformers 5 to import and construct."""
+    config_json: dict[str, Any] = field(default_factory=dict)
+    """Keys its config.json holds as an older transformers wrote them."""
+    config_json_drop: tuple[str, ...] = ()
 
     @property
     def takes_images(self) -> bool:
@@ -63,6 +68,9 @@ _TOY_NP = (
     ExpectedFinding("positions.index", "uninitialized"),
     ExpectedFinding("layers.{layer}.attn.causal_mask", "uninitialized"),
 )
+_VLM_PROMPTS = ("(<image>./</image>) describe what you see .", "(<image>./</image>) (<image>./</image>) what do you see ?")
+# MiniCPM-V 2.6's remote code fails on transformers 5 in this order, each fixed by the next workaround
+_MINICPMV_WORKAROUNDS = ("v4-attn-mask-utils", "remote-code-typing-aliases", "v4-tied-weights-keys")
 
 ENTRIES: dict[str, ZooEntry] = {
     e.name: e
@@ -70,20 +78,25 @@ ENTRIES: dict[str, ZooEntry] = {
         ZooEntry(
             "minicpmv_like",
             "lgminicpmv",
-            "MiniCPM-V-2.6-shaped VLM: the resampler's 2D sin/cos pos_embed is a non-persistent buffer "
+            "MiniCPM-V-2.6-shaped VLM, code written for transformers 4 (imports modeling_attn_mask_utils, uses "
+            "List unimported, no post_init): the resampler's 2D sin/cos pos_embed is a non-persistent buffer "
             "that _init_weights does not rebuild",
             failure_mode="a",
             expected=(ExpectedFinding("resampler.pos_embed", "uninitialized"),),
-            prompts=("<image> describe what you see .", "<image> <image> what do you see ?"),
+            prompts=_VLM_PROMPTS,
             image_sizes=((48, 32), (32, 32), (24, 40)),
+            load_error="ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'",
+            workarounds=_MINICPMV_WORKAROUNDS,
         ),
         ZooEntry(
             "minicpmv_like_fixed",
             "lgminicpmv",
             "minicpmv_like with the fix: _init_weights rebuilds the resampler's pos_embed",
             config={"fixed": True},
-            prompts=("<image> describe what you see .", "<image> <image> what do you see ?"),
+            prompts=_VLM_PROMPTS,
             image_sizes=((48, 32), (32, 32), (24, 40)),
+            load_error="ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'",
+            workarounds=_MINICPMV_WORKAROUNDS,
         ),
         ZooEntry(
             "np_buffer",
@@ -147,18 +160,74 @@ ENTRIES: dict[str, ZooEntry] = {
         ZooEntry(
             "typing_alias",
             "lgtyping",
-            "remote code that relies on typing.List leaking from `from torch.nn.functional import *`: "
-            "fails to import on current torch",
-            config={"rebuild_buffers_in_init": True},
+            "(a) remote code that relies on typing.List leaking from `from torch.nn.functional import *`: "
+            "fails to import on current torch; once imported, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
             load_error="NameError: name 'List' is not defined",
+            workarounds=("remote-code-typing-aliases",),
         ),
         ZooEntry(
             "v4_tied_weights",
             "lgv4",
-            "remote code written for transformers 4.x: _tied_weights_keys as a list and no post_init() call "
-            "(v5: no attribute 'all_tied_weights_keys')",
-            config={"rebuild_buffers_in_init": True},
+            "(a) remote code written for transformers 4.x: _tied_weights_keys as a list and no post_init() call "
+            "(v5: no attribute 'all_tied_weights_keys'); once loaded, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
             load_error="AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'",
+            workarounds=("v4-tied-weights-keys",),
+        ),
+        ZooEntry(
+            "v4_attn_mask",
+            "lgv4mask",
+            "(a) remote code that imports _prepare_4d_causal_attention_mask from transformers.modeling_attn_mask_utils "
+            "(removed in v5); once imported, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            load_error="ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'",
+            workarounds=("v4-attn-mask-utils",),
+        ),
+        ZooEntry(
+            "v4_torch_fx",
+            "lgv4fx",
+            "(a) remote code that imports is_torch_fx_available from transformers.utils (removed in v5); once "
+            "imported, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            load_error="ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils'",
+            workarounds=("v4-torch-fx-available",),
+        ),
+        ZooEntry(
+            "v4_rope_scaling",
+            "lgv4rope",
+            "(a) remote code that reads config.rope_scaling['type'] with rope_scaling: null in its config "
+            "(v5: KeyError 'type'); its rotary inv_freq and other buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
+            load_error="KeyError: 'type'",
+            workarounds=("v4-rope-scaling",),
+            config_json={"rope_scaling": None, "rope_theta": 10000.0},
+            config_json_drop=("rope_parameters",),
+        ),
+        ZooEntry(
+            "v4_llama_flash",
+            "lgv4flash",
+            "(a) remote code that imports LlamaFlashAttention2 from transformers' Llama module (gone); once "
+            "imported, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            load_error="ImportError: cannot import name 'LlamaFlashAttention2' from 'transformers.models.llama.modeling_llama'",
+            workarounds=("v4-llama-attention-classes",),
+        ),
+        ZooEntry(
+            "v4_max_length",
+            "lgv4gen",
+            "(a) remote code that reads config.max_length, a generation default v5 configs no longer carry; its "
+            "buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            load_error="AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'",
+            workarounds=("v4-config-generation-defaults",),
         ),
         ZooEntry(
             "clean",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 # Token 0 is "!": a model whose logits are all NaN argmaxes to id 0 and "writes" "!!!!", as broken models do.
-SPECIAL_TOKENS = ["!", "<unk>", "<s>", "</s>", "<pad>", "<image>", "<im_start>", "<im_end>", "<slot>"]
+# The rest are MiniCPM-V's image and slice markers and its terminators.
+SPECIAL_TOKENS = ["!", "<unk>", "<s>", "</s>", "<pad>", "<image>", "</image>", "<slice>", "</slice>", "<|im_end|>"]
 WORDS = (
     "describe what do you see ? . , the a of and in on with is this image photo shows there left right "
     "top bottom red green blue yellow black white bright dark small large square circle line corner "

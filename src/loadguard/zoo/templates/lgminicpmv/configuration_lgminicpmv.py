@@ -1,9 +1,13 @@
-"""Configuration of the MiniCPM-V-2.6-shaped loadguard zoo model (remote code)."""
+"""Configuration of the MiniCPM-V-2.6-shaped loadguard zoo model (remote code).
 
-from transformers import PretrainedConfig
+Like MiniCPM-V 2.6's, it extends the language model's config (here Llama's) with the vision tower, the
+resampler and the image-slicing settings.
+"""
+
+from transformers import LlamaConfig
 
 
-class LgMiniCPMVConfig(PretrainedConfig):
+class LgMiniCPMVConfig(LlamaConfig):
     """A tiny vision-language model shaped like MiniCPM-V 2.6.
 
     ``fixed=True`` makes ``_init_weights`` rebuild the resampler's ``pos_embed`` (the fix upstream asked
@@ -15,36 +19,33 @@ class LgMiniCPMVConfig(PretrainedConfig):
 
     def __init__(
         self,
-        vocab_size: int = 64,
-        hidden_size: int = 32,
-        num_hidden_layers: int = 2,
-        num_attention_heads: int = 2,
-        intermediate_size: int = 64,
-        max_position_embeddings: int = 128,
         vision_hidden_size: int = 32,
+        vision_num_heads: int = 2,
         patch_size: int = 4,
         query_num: int = 8,
+        scale_resolution: int = 32,
+        max_slice_nums: int = 4,
         resampler_max_size=(70, 70),
-        slot_token_id: int = 8,
-        image_scale: float = 8.0,
-        initializer_range: float = 0.02,
         fixed: bool = False,
         **kwargs,
     ):
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.max_position_embeddings = max_position_embeddings
         self.vision_hidden_size = vision_hidden_size
+        self.vision_num_heads = vision_num_heads
         self.patch_size = patch_size
         self.query_num = query_num
+        self.scale_resolution = scale_resolution
+        self.max_slice_nums = max_slice_nums
         self.resampler_max_size = list(resampler_max_size)
-        self.slot_token_id = slot_token_id
-        self.image_scale = image_scale
-        self.initializer_range = initializer_range
         self.fixed = fixed
-        kwargs.setdefault("use_cache", False)
-        kwargs.setdefault("tie_word_embeddings", False)  # untied on every transformers version
+        for key, value in dict(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,  # untied on every transformers version
+        ).items():
+            kwargs.setdefault(key, value)
         super().__init__(**kwargs)

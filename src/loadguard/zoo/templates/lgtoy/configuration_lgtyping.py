@@ -9,3 +9,6 @@ from .configuration_lgtoy import LgToyConfig
 
 class LgTypingConfig(LgToyConfig):
     model_type = "lgtyping"
+
+    def __init__(self, **kwargs):  # its own __init__: transformers 5 would make the class a dataclass without the toy's fields
+        super().__init__(**kwargs)

@@ -8,3 +8,6 @@ from .configuration_lgtoy import LgToyConfig
 
 class LgV4Config(LgToyConfig):
     model_type = "lgv4"
+
+    def __init__(self, **kwargs):  # its own __init__: transformers 5 would make the class a dataclass without the toy's fields
+        super().__init__(**kwargs)
