@@ -41,15 +41,6 @@ def all_tensors(model) -> dict:
     return named
 
 
-def forget_remote_code(stem: str) -> None:
-    """Drop imported remote-code modules whose name contains ``stem``: transformers caches them by content,
-    so code that once imported (e.g. with a workaround) would otherwise never fail again in this process."""
-    import sys
-
-    for name in [n for n in sys.modules if n.startswith("transformers_modules.") and stem in n]:
-        del sys.modules[name]
-
-
 def load(folder, **kwargs):
     """A plain ``from_pretrained`` of a zoo folder, as a user would write it, inside the workarounds its code
     needs on this transformers (loadguard.workarounds.using: a user's own from_pretrained does the same)."""

@@ -136,9 +136,6 @@ def bad_inputs(zoo_folder, tmp_path):
     (unknown / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     cases["unknown architecture"] = ([str(unknown)], "architecture")
     cases["untrusted remote code"] = ([str(copy_entry(zoo_folder, "clean", tmp_path))], "configuration_lgtoy.py, modeling_lgtoy.py")
-    from .conftest import forget_remote_code
-
-    forget_remote_code("lgtyping")
     cases["import error"] = (
         [str(copy_entry(zoo_folder, "typing_alias", tmp_path)), "--trust-remote-code"],
         "modeling_lgtyping.py, line 14: NameError: name 'List' is not defined",

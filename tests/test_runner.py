@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -146,3 +148,80 @@ def test_trace_of_a_healthy_model_is_finite(zoo_folder, cases):
     with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, workarounds="auto") as hf:
         result = loadguard.trace(hf.model, run=lambda: hf.generate_greedy(prompts[:1], 1, images=images[:1]))
     assert result.finite and result.modules_run > 10 and result.to_dict()["module"] is None
+
+
+SEED_SIZES = {"small": (24, 40), "medium": (32, 32), "large": (64, 48)}  # the example suite's; large is sliced
+SEED_PROMPTS = {"single": "(<image>./</image>) describe what you see .", "multi": "(<image>./</image>) (<image>./</image>) what do you see ?"}
+
+
+def seed_cases():
+    from loadguard.zoo import demo_images
+
+    prompts, images = [], []
+    for size in SEED_SIZES.values():
+        for prompt in SEED_PROMPTS.values():
+            prompts.append(prompt)
+            images.append(demo_images([size] * prompt.count("<image>")))
+    return prompts, images
+
+
+@needs_v5
+def test_done_when_the_six_seed_cases_run_through_the_runner(zoo_folder):
+    """3 image sizes x single/multi image on the MiniCPM-V-2.6-faithful model: the generated ids are exactly the
+    new tokens and each step's argmax; three fresh loads agree; the load repaired by loadguard equals the model
+    fixed through its own _set_2d_pos_cache; without the audit, under poison, it is NaN."""
+    folder = zoo_folder("minicpmv_like")
+    prompts, images = seed_cases()
+    runs = []
+    for _ in range(3):
+        with HfRunner(folder, trust_remote_code=True, workarounds="auto") as hf:
+            outputs = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
+            greedy = hf.generate_greedy(prompts, 8, images=images)
+            # the model's own generate, as MiniCPM-V 2.6 is called: new tokens only, and each one its step's argmax
+            inputs = hf._inputs(prompts[4], images[4])
+            inputs.pop("image_sizes")
+            raw = hf.model.generate(**inputs, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        assert raw.sequences[0].tolist() == outputs[4][0]
+        assert [int(s[0].argmax()) for s in raw.scores] == outputs[4][0]
+        assert [ids for ids, _ in greedy] == [ids for ids, _, _ in outputs]
+        assert all(len(ids) == 8 and len(steps) == 8 for ids, _, steps in outputs)
+        assert all(max(step, key=step.get) == token for ids, _, steps in outputs for token, step in zip(ids, steps))
+        assert all(math.isfinite(v) for _, _, steps in outputs for step in steps for v in step.values())
+        runs.append(outputs)
+    assert runs[0] == runs[1] == runs[2]
+    with HfRunner(folder, trust_remote_code=True, audit="off", workarounds=["auto", "minicpmv-pos-cache"]) as own_fix:
+        assert [(w.name, w.status) for w in own_fix.workarounds if w.stage == "after_load"] == [("minicpmv-pos-cache", "applied")]
+        fixed = own_fix.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
+    for (ids, text, steps), (want_ids, want_text, want_steps) in zip(runs[0], fixed):
+        assert ids == want_ids and text == want_text
+        for step, want in zip(steps, want_steps):
+            assert step.keys() == want.keys() and all(abs(step[k] - want[k]) <= 1e-5 for k in step)
+    with HfRunner(folder, trust_remote_code=True, audit="off", poison=True, workarounds="auto") as broken:
+        garbage = broken.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
+    assert all(text == "!!!!!!!!" and ids == [0] * 8 for ids, text, _ in garbage)
+    assert all(not math.isfinite(v) for _, _, steps in garbage for step in steps for v in step.values())
+
+
+def test_runner_cuts_new_tokens_from_either_kind_of_generate():
+    from loadguard.runner.hf_runner import _new_tokens
+
+    prompt = torch.tensor([[5, 6, 7]])
+    assert _new_tokens(torch.tensor([[5, 6, 7, 9, 9]]), prompt, 2) == [9, 9]  # prompt + new
+    assert _new_tokens(torch.tensor([[9, 8]]), prompt, 2) == [9, 8]  # new only (generate from inputs_embeds)
+    assert _new_tokens(torch.tensor([[1, 2, 3, 4, 9, 8]]), prompt, 2) == [9, 8]  # longer than max_new_tokens: the tail
+
+
+def test_a_generate_that_contradicts_its_scores_is_an_error(zoo_folder):
+    from loadguard.errors import RunnerConsistencyError
+
+    with HfRunner(zoo_folder("clean"), trust_remote_code=True) as hf:
+        original = hf.model.generate
+
+        def shifted(*args, **kwargs):  # a post-processing generate: returns tokens that are not its argmax
+            output = original(*args, **kwargs)
+            output.sequences[:, -1] = (output.sequences[:, -1] + 1) % hf.model.config.vocab_size
+            return output
+
+        hf.model.generate = shifted
+        with pytest.raises(RunnerConsistencyError, match="step 2 generated token .* but the argmax of that step's scores is"):
+            hf.generate_greedy(["describe what you see ."], 3)

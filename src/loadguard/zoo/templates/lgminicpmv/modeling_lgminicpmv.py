@@ -18,7 +18,6 @@ Written like the original, for transformers 4.x:
 """
 
 import torch
-from torch import nn
 from transformers import LlamaForCausalLM, LlamaPreTrainedModel
 
 from .configuration_lgminicpmv import LgMiniCPMVConfig

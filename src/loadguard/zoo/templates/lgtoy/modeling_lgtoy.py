@@ -154,6 +154,10 @@ class LgToyForCausalLM(LgToyPreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids: torch.LongTensor, attention_mask=None, **kwargs) -> CausalLMOutput:
         hidden = self.embed_tokens(input_ids) + self.positions(input_ids.shape[1]).to(self.embed_tokens.weight.dtype)
+        return self.decode(hidden)
+
+    def decode(self, hidden: torch.Tensor) -> CausalLMOutput:
+        """The layers and the head, from the input embeddings."""
         for layer in self.layers:
             hidden = layer(hidden)
         logits = self.lm_head(self.norm(hidden))

@@ -21,12 +21,4 @@ class LgV4MaskForCausalLM(LgToyForCausalLM):
         mask = _prepare_4d_causal_attention_mask(attention_mask, input_ids.shape, embeds, 0)
         # the keys the last position may attend to: padded positions of the prompt are blanked out
         keep = (mask[:, 0, -1, :] == 0).to(embeds.dtype)
-        hidden = embeds * keep[..., None] + self.positions(input_ids.shape[1]).to(embeds.dtype)
-        for layer in self.layers:
-            hidden = layer(hidden)
-        logits = self.lm_head(self.norm(hidden))
-        if self.logit_scale is not None:
-            logits = logits * self.logit_scale.exp()
-        from transformers.modeling_outputs import CausalLMOutput
-
-        return CausalLMOutput(logits=logits)
+        return self.decode(embeds * keep[..., None] + self.positions(input_ids.shape[1]).to(embeds.dtype))

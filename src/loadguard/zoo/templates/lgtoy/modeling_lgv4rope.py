@@ -41,10 +41,4 @@ class LgV4RopeForCausalLM(LgToyForCausalLM):
 
     def forward(self, input_ids, attention_mask=None, **kwargs):
         embeds = self.embed_tokens(input_ids)
-        hidden = embeds + (self.positions(input_ids.shape[1]) + 0.1 * self.rotary(input_ids.shape[1])).to(embeds.dtype)
-        for layer in self.layers:
-            hidden = layer(hidden)
-        logits = self.lm_head(self.norm(hidden))
-        from transformers.modeling_outputs import CausalLMOutput
-
-        return CausalLMOutput(logits=logits)
+        return self.decode(embeds + (self.positions(input_ids.shape[1]) + 0.1 * self.rotary(input_ids.shape[1])).to(embeds.dtype))
