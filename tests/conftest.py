@@ -35,9 +35,15 @@ def zoo_folder(tmp_path_factory):
 
 
 def all_tensors(model) -> dict:
-    """Every parameter and buffer by name, aliases included."""
+    """Every parameter, buffer and plain tensor attribute by name, aliases included."""
+    import torch
+
     named = dict(model.named_parameters(remove_duplicate=False))
     named.update(model.named_buffers(remove_duplicate=False))
+    for prefix, module in model.named_modules():
+        for key, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                named[f"{prefix}.{key}" if prefix else key] = value
     return named
 
 

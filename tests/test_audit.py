@@ -33,7 +33,7 @@ def test_finds_exactly_each_failure(zoo_folder, name):
     report = loadguard.audit(model)
     assert not report.ok
     assert {f.tensor: f.status for f in report.failures} == expected(name)
-    assert all(f.kind in ("parameter", "buffer") and f.detail for f in report.failures)
+    assert all(f.kind in ("parameter", "buffer", "attribute") and f.detail for f in report.failures)
 
 
 @needs_v5

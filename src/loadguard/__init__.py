@@ -32,6 +32,7 @@ _EXPORTS = {
     "load": "load",
     "poison": "poison",
     "repair": "repair",
+    "scan": "scan",
     "TraceResult": "runner.trace",
     "trace": "runner.trace",
     "WorkaroundOutcome": "workarounds",
@@ -43,6 +44,7 @@ _EXPORTS = {
     "Unrepaired": "report",
 }
 _SUBMODULES = ("checks", "checkpoint", "compare", "errors", "inventory", "reference", "report", "runner", "workarounds", "zoo")
+# ("scan" is a verb: loadguard.scan is the function, as loadguard.audit is)
 
 if TYPE_CHECKING:
     from .audit import audit
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from .load import LoadguardWarning, load
     from .poison import poison
     from .repair import repair
+    from .scan import scan
     from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
     from .runner.trace import TraceResult, trace
     from .workarounds import WorkaroundOutcome, workaround
@@ -98,6 +101,7 @@ __all__ = [
     "load",
     "poison",
     "repair",
+    "scan",
     "trace",
     "workaround",
 ]

@@ -21,7 +21,7 @@ from .errors import (
 )
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def parse_dtype(value: Any) -> Any:
@@ -53,12 +53,12 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     """Pre-flight for a local folder: it exists, holds a readable config.json, and its remote code is trusted."""
     folder = Path(path)
     if not folder.exists():
-        if _HUB_ID.match(str(path)) and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", ""):
+        if HUB_ID.match(str(path)) and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", ""):
             raise ModelNotFoundError(
                 f"{path} is not a local folder and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set)",
                 "download the model first (hf download) and pass its local folder",
             )
-        if _HUB_ID.match(str(path)):
+        if HUB_ID.match(str(path)):
             return {}
         raise ModelNotFoundError(f"{path} does not exist", "pass the folder that holds the model's config.json and weights")
     if not folder.is_dir():
@@ -98,7 +98,9 @@ def check_checkpoint(path: str | os.PathLike) -> None:
 
 
 def resolve_class(auto_class: Any, config: dict) -> Any:
-    """The class to call ``from_pretrained`` on: the one given, else the one the config names, else AutoModel."""
+    """The class to call ``from_pretrained`` on: the one given, else the auto class whose remote-code target is
+    the architecture the config names, else its causal-LM entry, else the native class the config names, else
+    AutoModel. (Taking the first ``auto_map`` entry picked FalconForSequenceClassification for a causal LM.)"""
     import transformers
 
     if auto_class is not None and not isinstance(auto_class, str):
@@ -110,14 +112,17 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
         return cls
     auto_map = config.get("auto_map") or {}
     architectures = config.get("architectures") or []
-    # the most specific auto class first: AutoModelForCausalLM before AutoModel
-    model_keys = sorted((k for k in auto_map if k.startswith("AutoModel")), key=lambda k: k == "AutoModel")
-    for key in model_keys:  # the auto class whose target is the architecture the config names
-        target = auto_map[key] if isinstance(auto_map[key], str) else auto_map[key][0]
-        if architectures and target.endswith("." + architectures[0]):
-            return getattr(transformers, key)
+    model_keys = [k for k in auto_map if k.startswith("AutoModel") and hasattr(transformers, k)]
+    for architecture in architectures[:1]:  # the auto class whose target is the architecture the config names
+        for key in sorted(model_keys, key=lambda k: k == "AutoModel"):
+            target = auto_map[key] if isinstance(auto_map[key], str) else auto_map[key][0]
+            if target.split("--")[-1].endswith("." + architecture):
+                return getattr(transformers, key)
+    for preferred in ("AutoModelForCausalLM", "AutoModel"):
+        if preferred in model_keys:
+            return getattr(transformers, preferred)
     if model_keys:
-        return getattr(transformers, model_keys[0])
+        return getattr(transformers, sorted(model_keys)[0])
     if architectures and hasattr(transformers, architectures[0]):
         return getattr(transformers, architectures[0])
     return transformers.AutoModel

@@ -116,6 +116,31 @@ def _summary(check: Check, checked: int, findings: list[Finding], reason: str = 
     )
 
 
+def meta_leftovers(inventory: Inventory, offloaded: set[str] = frozenset(), skip: set[str] = frozenset()) -> tuple[list[Finding], CheckSummary]:
+    """Tensors still on meta (``skip``: names a scan loads, which stay meta there on purpose)."""
+    entries = [e for e in inventory if e.name not in skip]
+    found = [f for e in entries if (f := checks.check_meta_leftover(e, e.name in offloaded)) is not None]
+    return found, _summary(Check.META_LEFTOVER, len(entries), found)
+
+
+def computed_state(inventory: Inventory, ref: Reference | None, ref_reason: str, on_meta: set[str]) -> tuple[list[Finding], CheckSummary]:
+    """Every non-persistent buffer and tensor attribute (each alias) against what the model's code computes."""
+    entries = [e for e in inventory.non_persistent_buffers if e.name not in on_meta]
+    found: list[Finding] = []
+    with torch.no_grad():
+        for entry in entries:
+            if ref is None:
+                value, why = None, f"the reference could not be built ({ref_reason})"
+            else:
+                value = ref.values.get(entry.name)
+                why = ref.unverifiable.get(entry.name, f"the model's code does not create this {entry.kind}")
+            finding = checks.check_non_persistent_buffer(entry, inventory.tensor(entry.name), value, why)
+            if finding is not None:
+                found.append(finding)
+    reason = "" if ref is not None else f"no reference: {ref_reason}; only NaN/Inf/INT_MAX were looked for"
+    return found, _summary(Check.NON_PERSISTENT_BUFFER, len(entries), found, reason)
+
+
 def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") -> AuditReport:
     """Say which tensors of ``model`` are not what its code and its checkpoint define.
 
@@ -148,31 +173,19 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
     seconds["inventory"] = time.perf_counter() - start
 
     # meta leftovers first: a tensor with no value is reported once, here, and skipped below
-    meta_findings = [f for e in inventory if (f := checks.check_meta_leftover(e, e.name in offloaded)) is not None]
+    meta_findings, summary = meta_leftovers(inventory, offloaded)
     findings += meta_findings
     on_meta = {f.tensor for f in meta_findings}
-    summaries.append(_summary(Check.META_LEFTOVER, len(inventory), meta_findings))
+    summaries.append(summary)
 
-    # non-persistent buffers against the reference
+    # non-persistent buffers (and tensor attributes) against the reference
     start = time.perf_counter()
     ref, ref_reason = _resolve_reference(model, reference)
     seconds["reference"] = time.perf_counter() - start
     start = time.perf_counter()
-    np_entries = [e for e in inventory.non_persistent_buffers if e.name not in on_meta]
-    np_findings: list[Finding] = []
-    with torch.no_grad():
-        for entry in np_entries:
-            if ref is None:
-                value, why = None, f"the reference could not be built ({ref_reason})"
-            else:
-                value = ref.values.get(entry.name)
-                why = ref.unverifiable.get(entry.name, "the model's code does not create this buffer")
-            finding = checks.check_non_persistent_buffer(entry, inventory.tensor(entry.name), value, why)
-            if finding is not None:
-                np_findings.append(finding)
+    np_findings, summary = computed_state(inventory, ref, ref_reason, on_meta)
     findings += np_findings
-    no_reference = f"no reference: {ref_reason}; only NaN/Inf/INT_MAX were looked for"
-    summaries.append(_summary(Check.NON_PERSISTENT_BUFFER, len(np_entries), np_findings, "" if ref is not None else no_reference))
+    summaries.append(summary)
     seconds["buffers"] = time.perf_counter() - start
 
     # checkpoint fidelity and missing keys

@@ -203,6 +203,23 @@ def check_fused(entry: TensorEntry, key: str) -> Finding:
     )
 
 
+CONSTANT_FILLS = frozenset({"zero_", "fill_", "ones_", "zeros_"})
+
+
+def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) -> Finding:
+    """A scan: weight initialization wrote into (or replaced) a tensor after it was loaded. Without the
+    weights, a constant fill (``zero_``, ``fill_``) cannot be told from a no-op on a checkpoint that holds that
+    constant; it is still an overwrite of whatever the checkpoint holds, and says so."""
+    if replaced:
+        detail = "weight initialization replaces it with a new tensor after loading: the checkpoint's value is lost"
+    else:
+        kinds = sorted(set(ops))
+        detail = f"weight initialization writes into it after loading ({', '.join(kinds)})"
+        if set(kinds) <= CONSTANT_FILLS:
+            detail += ": a constant fill, harmless only if the checkpoint holds exactly that constant"
+    return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.OVERWRITTEN, detail)
+
+
 def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None) -> Finding:
     """A state-dict tensor the checkpoint does not hold: initialized by code, not loaded."""
     if reference is not None:

@@ -109,3 +109,8 @@ class StaleWorkaroundError(WorkaroundError):
 
 class RunnerConsistencyError(LoadguardError):
     """The reference runner's outputs contradict themselves (e.g. a generated id that is not its step's argmax)."""
+
+
+class ScanError(LoadguardError):
+    """A model that cannot be scanned without its weights (its class loads its own weights, or the installed
+    transformers lacks what the scan relies on)."""

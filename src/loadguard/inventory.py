@@ -1,4 +1,9 @@
-"""Every tensor of a model once per name: what it is, where it lives, and which names share it."""
+"""Every tensor of a model once per name: what it is, where it lives, and which names share it.
+
+Parameters and buffers, and plain tensor attributes of modules (``self.inv_freq = ...`` without
+``register_buffer``, as Qwen-1's rotary embedding keeps it): transformers 5 never touches those on load, so
+one computed in ``__init__`` stays on the meta device, and nobody looks at it unless we do.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ class TensorEntry:
     """
 
     name: str
-    kind: str  # "parameter" | "buffer"
+    kind: str  # "parameter" | "buffer" | "attribute" (a plain tensor attribute of a module)
     persistent: bool
     dtype: torch.dtype
     shape: tuple[int, ...]
@@ -48,7 +53,8 @@ class Inventory:
         first_name: dict[object, str] = {}
         for module_name, module in model.named_modules(remove_duplicate=False):
             non_persistent = getattr(module, "_non_persistent_buffers_set", set())
-            for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
+            attributes = {k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor) and not k.startswith("__")}
+            for kind, table in (("parameter", module._parameters), ("buffer", module._buffers), ("attribute", attributes)):
                 for attribute, tensor in table.items():
                     if tensor is None:
                         continue
@@ -60,7 +66,7 @@ class Inventory:
                     self._entries[name] = TensorEntry(
                         name=name,
                         kind=kind,
-                        persistent=kind == "parameter" or attribute not in non_persistent,
+                        persistent=kind == "parameter" or (kind == "buffer" and attribute not in non_persistent),
                         dtype=tensor.dtype,
                         shape=tuple(tensor.shape),
                         device=tensor.device,
@@ -93,6 +99,8 @@ class Inventory:
 
     @property
     def non_persistent_buffers(self) -> list[TensorEntry]:
+        """What ``state_dict()`` leaves out and the model's code computes: non-persistent buffers and tensor
+        attributes, every alias."""
         return [e for e in self if not e.persistent]
 
     @property

@@ -62,7 +62,11 @@ def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
 def _construct(model_class: type, config) -> nn.Module:
     from accelerate import init_empty_weights
 
-    with init_empty_weights(include_buffers=False):
+    from ._transformers import large_tensors_on_meta
+
+    # accelerate creates each parameter on CPU before moving it to meta: fused experts of 25-77 GB would fail
+    # to allocate, so tensors over 1 GiB are created on meta directly
+    with init_empty_weights(include_buffers=False), large_tensors_on_meta():
         return model_class(copy.deepcopy(config))
 
 
@@ -70,7 +74,7 @@ def _buffers(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]
     inventory = Inventory(module)
     values, aliases = {}, {}
     for entry in inventory:
-        if entry.kind != "buffer":
+        if entry.kind == "parameter":
             continue
         values[entry.name] = inventory.tensor(entry.name)
         aliases[entry.name] = entry.alias_of or entry.name

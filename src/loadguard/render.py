@@ -70,7 +70,7 @@ def findings_table(findings: Iterable[Finding], title: str | None = None) -> Tab
         table.add_column(column, overflow="fold")
     for name, group in _grouped(findings):
         first = group[0]
-        kind = "parameter" if first.kind == "parameter" else ("buffer" if first.persistent else "np buffer")
+        kind = {"parameter": "parameter", "attribute": "attribute"}.get(first.kind) or ("buffer" if first.persistent else "np buffer")
         style = _STATUS_STYLE.get(first.status)
         status = f"[{style}]{first.status}[/]" if style else first.status
         table.add_row(name, kind, first.check, status, first.dtype, "x".join(map(str, first.shape)) or "scalar", _diff(group))

@@ -119,5 +119,9 @@ def _assign(model: nn.Module, inventory: Inventory, plan: _Plan) -> None:
         shared = plan.value
     for name in plan.names:
         entry = inventory[name]
-        table = model.get_submodule(entry.module)._parameters if entry.kind == "parameter" else model.get_submodule(entry.module)._buffers
+        module = model.get_submodule(entry.module)
+        if entry.kind == "attribute":
+            object.__setattr__(module, entry.attribute, shared)
+            continue
+        table = module._parameters if entry.kind == "parameter" else module._buffers
         table[entry.attribute] = shared

@@ -27,6 +27,8 @@ class Finding:
     max_abs_diff: float | None = None
     persistent: bool = True
     alias_of: str | None = None
+    predicted: bool = False
+    """True in a scan: what a load of the checkpoint would leave, predicted without reading weights."""
 
     @property
     def failing(self) -> bool:
@@ -47,6 +49,7 @@ class Finding:
             "alias_of": self.alias_of,
             "max_abs_diff": self.max_abs_diff,
             "detail": self.detail,
+            "predicted": self.predicted,
         }
 
 
@@ -98,6 +101,8 @@ class AuditReport:
     seconds: dict[str, float] = field(default_factory=dict)
     workarounds: tuple[Any, ...] = ()
     """:class:`loadguard.workarounds.WorkaroundOutcome` of every workaround applied or found stale."""
+    mode: str = "audit"
+    """``audit`` (a loaded model compared tensor by tensor) or ``scan`` (a load predicted without weights)."""
     _context: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -125,6 +130,7 @@ class AuditReport:
         return {
             "model": self.model,
             "model_class": self.model_class,
+            "mode": self.mode,
             "checkpoint": self.checkpoint,
             "ok": self.ok,
             "findings": [f.to_dict() for f in self.findings],

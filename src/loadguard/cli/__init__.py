@@ -26,6 +26,7 @@ class _LazyGroup(click.Group):
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
         "repeat": ("repeat", "repeat"),
+        "scan": ("scan", "scan"),
         "workarounds": ("workarounds", "workarounds"),
         "zoo": ("zoo", "zoo"),
     }

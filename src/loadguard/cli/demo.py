@@ -21,7 +21,10 @@ def _greedy(model, processor, cases) -> list[str]:
 
 
 @click.command()
-@click.option("--poison/--no-poison", default=False, show_default=True, help="Load under loadguard.poison() (the garbage becomes NaN).")
+@click.option(
+    "--poison/--no-poison", default=True, show_default=True,
+    help="Load under loadguard.poison(): the garbage becomes NaN, every run the same (--no-poison: whatever memory the load gets).",
+)
 def demo(poison):
     """Build a MiniCPM-V-shaped remote-code model, load it, find its broken pos_embed, repair it, prove it."""
     import transformers
@@ -76,7 +79,7 @@ def demo(poison):
             out.print(
                 "[bold green]audit clean[/]: every tensor holds what its code and checkpoint define "
                 f"(transformers {transformers.__version__} kept the buffer, or the memory it got happened to hold it: "
-                "run with --poison to tell)"
+                "run without --no-poison to tell)"
             )
         else:
             out.print(findings_table(report.findings))

@@ -158,6 +158,15 @@ ENTRIES: dict[str, ZooEntry] = {
             shards=3,
         ),
         ZooEntry(
+            "tensor_attribute",
+            "lgtoy",
+            "(a) rotary frequencies kept as a plain tensor attribute (as Qwen-1's inv_freq), neither parameter nor "
+            "buffer: constructed on meta by from_pretrained and never given a value",
+            failure_mode="a",
+            config={"rotary_as_attribute": True, "rebuild_buffers_in_init": True},
+            expected=(ExpectedFinding("positions.inv_freq", "on_meta"),),
+        ),
+        ZooEntry(
             "typing_alias",
             "lgtyping",
             "(a) remote code that relies on typing.List leaking from `from torch.nn.functional import *`: "

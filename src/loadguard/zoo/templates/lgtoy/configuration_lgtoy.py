@@ -12,6 +12,8 @@ class LgToyConfig(PretrainedConfig):
       use_logit_scale: a bare ``nn.Parameter`` that ``_init_weights`` has no branch for (failure mode d).
       scaled_lm_head: the LM head is an ``nn.Linear`` subclass holding a non-persistent buffer.
       unguarded_init: ``_init_weights`` writes through ``.data`` instead of ``torch.nn.init`` (failure mode e).
+      rotary_as_attribute: rotary frequencies kept as a plain tensor attribute, neither parameter nor buffer
+        (as Qwen-1 keeps ``inv_freq``): transformers 5 leaves it on the meta device.
     """
 
     model_type = "lgtoy"
@@ -30,6 +32,7 @@ class LgToyConfig(PretrainedConfig):
         use_logit_scale: bool = False,
         scaled_lm_head: bool = False,
         unguarded_init: bool = False,
+        rotary_as_attribute: bool = False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -44,6 +47,7 @@ class LgToyConfig(PretrainedConfig):
         self.use_logit_scale = use_logit_scale
         self.scaled_lm_head = scaled_lm_head
         self.unguarded_init = unguarded_init
+        self.rotary_as_attribute = rotary_as_attribute
         kwargs.setdefault("use_cache", False)
         kwargs.setdefault("tie_word_embeddings", False)  # untied on every transformers version
         super().__init__(**kwargs)

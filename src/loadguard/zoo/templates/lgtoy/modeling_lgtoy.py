@@ -34,9 +34,15 @@ class LgToyPositions(nn.Module):
         self.dim = config.hidden_size
         self.register_buffer("table", sincos_table(self.num_positions, self.dim), persistent=False)
         self.register_buffer("index", torch.arange(self.num_positions, dtype=torch.long), persistent=False)
+        if config.rotary_as_attribute:  # neither a parameter nor a buffer: nothing in transformers looks after it
+            self.inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.dim, 2, dtype=torch.float32) / self.dim))
 
     def forward(self, seq_len: int) -> torch.Tensor:
-        return self.table[self.index[:seq_len]]
+        table = self.table[self.index[:seq_len]]
+        if getattr(self, "inv_freq", None) is None:
+            return table
+        angles = torch.arange(seq_len, dtype=torch.float32, device=table.device)[:, None] * self.inv_freq.to(table.device)
+        return table + 0.1 * torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
 class LgToyAttention(nn.Module):

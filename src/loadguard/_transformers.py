@@ -1,0 +1,182 @@
+"""Every piece of torch / transformers machinery the scan relies on, in one place.
+
+A scan runs the installed transformers' own ``from_pretrained`` on a state dict of :class:`Weightless` tensors:
+meta tensors that stay on meta wherever the loader moves them (``.to(device)``, ``.cuda()``, ``.cpu()``), so
+renaming, fusing, loaded-flags, ``_move_missing_keys_from_meta_to_device``, ``_initialize_missing_keys`` /
+``_init_weights`` and tying all run as they would, and no weight byte exists. Around it:
+
+- :func:`recording_init_writes` wraps ``PreTrainedModel._initialize_missing_keys`` to record in-place writes to
+  (and replacements of) tensors that were loaded before it ran (proven on transformers 4.57.6 and 5.24.0; in
+  4.x it runs before loading, so it can never see a loaded tensor, as a real 4.x load cannot overwrite one);
+- :func:`parameters_stay_on_meta` keeps ``Module.to_empty`` (``torch.nn.utils.skip_init``: ChatGLM) from
+  materializing parameters;
+- :func:`large_tensors_on_meta` creates tensors over a size on the meta device directly (a reference build of a
+  model with 25-77 GB fused experts would otherwise allocate them on CPU first).
+
+Each is undone in ``finally``. When transformers lacks what one relies on, :class:`loadguard.errors.ScanError`
+says so with the version: never a wrong verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .errors import ScanError
+
+PROVEN_ON = ("4.57.6", "5.24.0")
+"""transformers versions the scan's prediction was proven equal to a full audit on (tests/test_scan.py)."""
+
+
+class Weightless(torch.Tensor):
+    """A meta tensor with a checkpoint key's shape and dtype that stays on meta wherever it is moved."""
+
+    @staticmethod
+    def __new__(cls, shape, dtype: torch.dtype):
+        return torch.Tensor._make_subclass(cls, torch.empty(tuple(shape), dtype=dtype, device="meta"))
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.to:
+            kwargs.pop("device", None)
+            kwargs.pop("non_blocking", None)
+            args = (args[0], *(a for a in args[1:] if not isinstance(a, (str, torch.device, int)) or isinstance(a, bool)))
+        elif func in (torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.pin_memory):
+            return args[0]
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def weightless_state_dict(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, Weightless]:
+    return {key: Weightless(shape, dtype) for key, (shape, dtype) in shapes.items()}
+
+
+def _storage(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def loaded_tensors(model: torch.nn.Module) -> dict[str, int]:
+    """Names of the model's parameters and buffers that hold a :class:`Weightless` (loaded by the scan), with
+    their storage."""
+    out = {}
+    for name, tensor in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False)):
+        if isinstance(tensor, Weightless):
+            out[name] = _storage(tensor)
+    return out
+
+
+@dataclass
+class InitWrites:
+    """What ``_initialize_missing_keys`` did to tensors already loaded: ops written into each, and the names
+    whose tensor it replaced with another."""
+
+    writes: dict[str, list[str]] = field(default_factory=dict)
+    replaced: set[str] = field(default_factory=set)
+    ran: bool = False
+
+
+class _WriteRecorder(TorchDispatchMode):
+    def __init__(self, watched: dict[int, list[str]], record: InitWrites):
+        super().__init__()
+        self.watched, self.record = watched, record
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for index, argument in enumerate(func._schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = args[index] if index < len(args) else kwargs.get(argument.name)
+            if isinstance(value, torch.Tensor):
+                for name in self.watched.get(_storage(value), ()):
+                    self.record.writes.setdefault(name, []).append(func._schema.name.split("::")[-1])
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def recording_init_writes(record: InitWrites) -> Iterator[None]:
+    """Record, on ``record``, in-place writes and replacements that weight initialization makes to loaded tensors."""
+    import transformers
+    from transformers import PreTrainedModel
+
+    original = PreTrainedModel.__dict__.get("_initialize_missing_keys")
+    if original is None:
+        raise ScanError(
+            f"transformers {transformers.__version__} has no PreTrainedModel._initialize_missing_keys, which the scan "
+            f"watches to predict overwritten weights (proven on {', '.join(PROVEN_ON)})",
+            "audit a full load instead (loadguard audit), or scan with a transformers version it was proven on",
+        )
+
+    def initialize(self, *args, **kwargs):
+        before = loaded_tensors(self)
+        watched: dict[int, list[str]] = {}
+        for name, storage in before.items():
+            watched.setdefault(storage, []).append(name)
+        record.ran = True
+        with _WriteRecorder(watched, record):
+            result = original(self, *args, **kwargs)
+        after = loaded_tensors(self)
+        record.replaced |= {name for name, storage in before.items() if after.get(name) != storage}
+        return result
+
+    PreTrainedModel._initialize_missing_keys = initialize
+    try:
+        yield
+    finally:
+        PreTrainedModel._initialize_missing_keys = original
+
+
+@contextlib.contextmanager
+def parameters_stay_on_meta() -> Iterator[None]:
+    """``Module.to_empty`` allocates only buffers: parameters stay meta (they are loaded, or initialized later)."""
+    original = torch.nn.Module.to_empty
+
+    def to_empty(self, *, device, recurse=True):
+        for module in self.modules() if recurse else [self]:
+            for name, buffer in list(module._buffers.items()):
+                if buffer is not None:
+                    module._buffers[name] = torch.empty_like(buffer, device=device)
+        return self
+
+    torch.nn.Module.to_empty = to_empty
+    try:
+        yield
+    finally:
+        torch.nn.Module.to_empty = original
+
+
+_FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.randn, torch.rand, torch.randint, torch.empty_strided}
+
+
+class _LargeOnMeta(TorchFunctionMode):
+    def __init__(self, threshold: int):
+        super().__init__()
+        self.threshold = threshold
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in _FACTORIES and kwargs.get("device") in (None, "cpu", torch.device("cpu")):
+            size = kwargs.get("size") or next((a for a in args if isinstance(a, (tuple, list, torch.Size))), None)
+            if size is None:
+                size = tuple(a for a in args if isinstance(a, int) and not isinstance(a, bool))
+            count = 1
+            for dim in size or ():
+                count *= int(dim)
+            dtype = kwargs.get("dtype") or torch.get_default_dtype()
+            if count * torch.empty((), dtype=dtype, device="meta").element_size() > self.threshold:
+                kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def large_tensors_on_meta(threshold: int = 1 << 30) -> Iterator[None]:
+    """Factory calls (``torch.empty`` and friends) for tensors over ``threshold`` bytes create them on meta."""
+    with _LargeOnMeta(threshold):
+        yield

@@ -1,0 +1,332 @@
+"""``scan``: predict what a load would get wrong, without a single weight byte.
+
+The installed transformers' own ``from_pretrained`` runs on a state dict of weightless (meta) tensors whose keys,
+shapes and dtypes come from the checkpoint's safetensors headers, or, with no checkpoint, from the model's own
+state dict ("the checkpoint holds every key"). Everything after reading bytes is transformers' real pipeline:
+renamings, fusions, loaded-flags, moving missing keys off meta, ``_init_weights``, tying. Then the usual
+inventory, reference and checks run on what it left (see :mod:`loadguard._transformers` for what is patched,
+and the versions it was proven on):
+
+- non-persistent buffers, tensor attributes and every alias: against the reference, as an audit;
+- loaded weights that weight initialization writes into or replaces after loading: ``overwritten``;
+- keys the checkpoint lacks (header keys): left as poisoned memory -> ``uninitialized``;
+- tensors left on meta that nothing loads: ``on_meta``.
+
+What it cannot see (a buffer derived from parameter values, one drawn from random numbers) is ``unverifiable``
+with the reason; never a silent pass. Every finding is marked as a prediction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import _hf, checks
+from . import workarounds as registry
+from ._transformers import InitWrites, loaded_tensors, parameters_stay_on_meta, recording_init_writes, weightless_state_dict
+from .audit import _summary, computed_state, meta_leftovers, versions
+from .checks import Check
+from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ModelNotFoundError, ScanError
+from .inventory import Inventory
+from .poison import poison
+from .report import AuditReport, CheckSummary, Finding
+
+KEYS = ("auto", "header", "complete")
+_HUB_PATTERNS = ["*.json", "*.py", "*.txt", "*.model", "*.tiktoken"]
+
+
+@dataclass
+class _Source:
+    """Where a model's config and code are, and the checkpoint's keys when they can be had without weights."""
+
+    name: str
+    folder: Path | None
+    config: dict
+    header: dict[str, tuple[tuple[int, ...], torch.dtype]] | None
+    header_from: str | None
+    config_object: Any = None
+
+
+def scan(
+    path_or_config: Any,
+    *,
+    model_class: Any = None,
+    keys: str = "auto",
+    dtype: Any = None,
+    workarounds: Any = (),
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+) -> AuditReport:
+    """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model.
+
+    Args:
+        path_or_config: a local model folder, a Hub id (only ``*.json``/``*.py`` are fetched; the safetensors
+            headers too with ``keys="header"``, by HTTP range reads) or a ``PretrainedConfig``.
+        model_class: an auto class or model class, or its name (default: the one the config names, then the
+            causal-LM entry of its ``auto_map``).
+        keys: ``"header"`` (the checkpoint's keys, shapes and dtypes from its safetensors headers: keys it lacks
+            are predicted as missing), ``"complete"`` (the checkpoint holds every key of the model's state dict),
+            or ``"auto"`` (header when a local checkpoint is there, complete otherwise).
+        dtype: as ``from_pretrained``'s ``dtype=``.
+        workarounds: ``before_import`` workarounds (or ``"auto"``), as for :func:`loadguard.load`.
+        trust_remote_code: run the model's own code (never implied).
+
+    Returns an :class:`loadguard.AuditReport` with ``mode == "scan"``; each finding has ``predicted=True``.
+
+    Example::
+
+        report = loadguard.scan("./MiniCPM-V-2_6", trust_remote_code=True, workarounds="auto")
+        [f.tensor for f in report.failures]      # ['resampler.pos_embed']
+    """
+    if keys not in KEYS:
+        raise InvalidOptionError(f"keys={keys!r} is not a key source", f"use one of: {', '.join(KEYS)}")
+    start = time.perf_counter()
+    source = _source(path_or_config, trust_remote_code, revision, header=keys != "complete")
+    if keys == "header" and source.header is None:
+        raise ScanError(
+            f"{source.name} has no safetensors checkpoint whose headers could be read",
+            "scan with keys='complete' (--keys complete): the checkpoint is assumed to hold every key",
+        )
+    mode = "header" if keys == "header" or (keys == "auto" and source.header is not None) else "complete"
+    parsed_dtype = _hf.parse_dtype(dtype) if dtype is not None else None
+    auto_class = _hf.resolve_class(model_class, source.config)
+    record = InitWrites()
+    seconds: dict[str, float] = {}
+
+    def attempt(active: tuple[str, ...]):
+        record.writes.clear()
+        record.replaced.clear()
+        try:
+            config = source.config_object if source.config_object is not None else _load_config(source, trust_remote_code)
+            concrete = _concrete_class(auto_class, config, source, trust_remote_code)
+            _refuse_own_loader(concrete)
+            shapes = source.header if mode == "header" else _own_keys(concrete, config, parsed_dtype)
+            if any(v is None for v in shapes.values()):  # a .bin index names keys only: shapes from the model itself
+                own = _own_keys(concrete, config, parsed_dtype)
+                shapes = {key: own[key] for key in shapes if key in own}
+            kwargs = {"config": config, "state_dict": weightless_state_dict(shapes)}
+            if parsed_dtype is not None:
+                kwargs["dtype"] = parsed_dtype
+            with poison(), recording_init_writes(record), parameters_stay_on_meta():
+                return concrete.from_pretrained(None, **kwargs)
+        except LoadguardError:
+            raise
+        except Exception as error:
+            raise _hf.translate(error, source.name, active) from error
+
+    from . import _observers
+
+    token = _observers.inside_load.set(True)  # loadguard's own load: the pytest plugin must not audit it again
+    try:
+        model, outcomes = registry.attempt(attempt, workarounds, source.folder, {"_name_or_path": source.name, **source.config})
+    finally:
+        _observers.inside_load.reset(token)
+    registry.remember(model, outcomes)
+    seconds["load"] = time.perf_counter() - start
+    report = _predict(model, source, mode, record, seconds)
+    return dataclasses.replace(report, workarounds=tuple(outcomes))
+
+
+def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dict[str, float]) -> AuditReport:
+    from .reference import build_reference
+
+    start = time.perf_counter()
+    inventory = Inventory(model)
+    loaded = set(loaded_tensors(model))
+    findings: list[Finding] = []
+    summaries: list[CheckSummary] = []
+    meta_findings, summary = meta_leftovers(inventory, skip=loaded)
+    findings += meta_findings
+    summaries.append(summary)
+    on_meta = {f.tensor for f in meta_findings}
+    try:
+        reference, reason = build_reference(model), ""
+    except LoadguardError as error:
+        reference, reason = None, error.message
+    seconds["reference"] = time.perf_counter() - start
+    state_findings, summary = computed_state(inventory, reference, reason, on_meta)
+    findings += state_findings
+    summaries.append(summary)
+    written: list[Finding] = []
+    missing: list[Finding] = []
+    state = [e for e in inventory.state_entries if e.name not in on_meta]
+    with torch.no_grad():
+        for entry in state:
+            if entry.name in loaded:
+                if entry.name in record.writes or entry.name in record.replaced:
+                    written.append(checks.check_predicted_write(entry, record.writes.get(entry.name, []), entry.name in record.replaced))
+            else:
+                value = reference.values.get(entry.name) if reference is not None else None
+                missing.append(checks.check_missing_key(entry, inventory.tensor(entry.name), value))
+    findings += written + missing
+    kept = sum(1 for e in state if e.name in loaded)
+    summaries.append(_summary(Check.CHECKPOINT_FIDELITY, kept, written, f"predicted: {kept} loaded, {len(written)} written after loading by weight initialization"))
+    if mode == "header":
+        summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
+    else:
+        summaries.append(CheckSummary(Check.MISSING_KEY.value, False, reason="no checkpoint header: every key of the model's state dict assumed present"))
+    predicted = [dataclasses.replace(f, predicted=True, detail=f"predicted: {f.detail}") for f in findings]
+    seconds["checks"] = time.perf_counter() - start
+    return AuditReport(
+        model=source.name,
+        model_class=type(model).__name__,
+        checkpoint=source.header_from,
+        findings=tuple(sorted(predicted, key=lambda f: (not f.failing, f.tensor))),
+        checks=tuple(summaries),
+        versions=versions(),
+        seconds=seconds,
+        mode="scan",
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# where the config, code and keys come from
+
+
+def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool) -> _Source:
+    from transformers import PretrainedConfig
+
+    if isinstance(path_or_config, PretrainedConfig):
+        config = path_or_config
+        folder = Path(config._name_or_path) if config._name_or_path and Path(config._name_or_path).is_dir() else None
+        document = config.to_dict()
+        if document.get("auto_map") and not trust_remote_code:
+            from .errors import RemoteCodeNotTrustedError
+
+            raise RemoteCodeNotTrustedError(f"{type(config).__name__} names its own code (auto_map) and trust_remote_code was not given", "pass trust_remote_code=True if you trust it")
+        return _Source(config._name_or_path or type(config).__name__, folder, document, None, None, config)
+    text = str(path_or_config)
+    if Path(text).exists():
+        folder = Path(text)
+        config = _hf.read_config(folder, trust_remote_code)
+        shapes, where = _local_header(folder) if header else (None, None)
+        return _Source(text, folder, config, shapes, where)
+    if not _hf.HUB_ID.match(text):
+        raise ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
+    return _hub_source(text, trust_remote_code, revision, header)
+
+
+def _local_header(folder: Path) -> tuple[dict | None, str | None]:
+    """Keys, shapes and dtypes of a local checkpoint, read from its safetensors headers only; a ``.bin`` index
+    gives the keys (shapes then come from the model itself)."""
+    from .checkpoint import BIN_INDEX, Checkpoint
+    from .errors import CheckpointError
+
+    try:
+        checkpoint = Checkpoint.open(folder)
+    except CheckpointError as error:
+        if "holds no checkpoint" in error.message:
+            return None, None
+        raise
+    try:
+        if checkpoint.format == "safetensors":
+            return {key: (checkpoint.shape(key), checkpoint.dtype(key)) for key in checkpoint.keys()}, str(checkpoint.path)
+    finally:
+        checkpoint.close()
+    index = folder / BIN_INDEX
+    if index.is_file():
+        return {key: None for key in json.loads(index.read_text())["weight_map"]}, str(index)
+    return None, None
+
+
+def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, header: bool) -> _Source:
+    """Only ``*.json`` and ``*.py`` from the Hub (the cache when offline); the safetensors headers by range reads."""
+    from huggingface_hub import snapshot_download
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "")
+    try:
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=offline))
+    except Exception as error:
+        where = "in the local cache (HF_HUB_OFFLINE is set)" if offline else "on the Hugging Face Hub"
+        raise ModelNotFoundError(
+            f"{repo_id} could not be found {where} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+            "check the id and your access, or pass a local folder" + ("; unset HF_HUB_OFFLINE to fetch it" if offline else ""),
+        ) from None
+    config = _hf.read_config(folder, trust_remote_code)
+    shapes, where = (None, None)
+    if header:
+        shapes, where = _hub_header(repo_id, revision, folder, offline)
+    return _Source(repo_id, folder, config, shapes, where)
+
+
+def _hub_header(repo_id: str, revision: str | None, folder: Path, offline: bool) -> tuple[dict | None, str | None]:
+    from .checkpoint import _ST_DTYPES
+
+    if offline:  # only what is cached: complete safetensors files there have readable headers
+        return _local_header(folder) if any(folder.glob("*.safetensors")) else (None, None)
+    from huggingface_hub import HfApi
+
+    try:
+        metadata = HfApi().get_safetensors_metadata(repo_id, revision=revision)
+    except Exception:  # no safetensors on the Hub: the caller falls back or says so
+        return None, None
+    shapes = {}
+    for file_metadata in metadata.files_metadata.values():
+        for key, info in file_metadata.tensors.items():
+            shapes[key] = (tuple(info.shape), _ST_DTYPES[info.dtype])
+    return shapes, f"{repo_id} (safetensors headers)"
+
+
+def _load_config(source: _Source, trust_remote_code: bool):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(source.folder), trust_remote_code=trust_remote_code)
+
+
+def _concrete_class(auto_class, config, source: _Source, trust_remote_code: bool):
+    """The model class ``auto_class.from_pretrained`` would instantiate for ``config``."""
+    name = getattr(auto_class, "__name__", "")
+    if not (name.startswith("Auto") and getattr(auto_class, "__module__", "").startswith("transformers.")):
+        return auto_class
+    class_ref = (getattr(config, "auto_map", None) or {}).get(name)
+    if class_ref is not None and trust_remote_code:
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+        return get_class_from_dynamic_module(class_ref, str(source.folder))
+    try:
+        return auto_class._model_mapping[type(config)]
+    except KeyError:
+        raise ModelConfigError(
+            f"{name} has no model class for {type(config).__name__} ({source.name})",
+            "pass the class with --auto-class (model_class=), e.g. AutoModel or the architecture's class",
+        ) from None
+
+
+def _refuse_own_loader(cls) -> None:
+    for klass in cls.__mro__:
+        if (klass.__module__ or "").startswith("transformers."):
+            return
+        if "from_pretrained" in vars(klass):
+            raise ScanError(
+                f"cannot scan {cls.__name__}: the model's class loads its own weights ({klass.__name__}.from_pretrained)",
+                "audit a full load instead: loadguard audit PATH",
+            )
+
+
+def _own_keys(cls, config, dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The model's own state dict, built on meta: what "the checkpoint holds every key" means."""
+    from .reference import _default_dtype
+
+    wanted = dtype if isinstance(dtype, torch.dtype) else _config_dtype(config)
+    with torch.device("meta"), _default_dtype(wanted):
+        model = cls(config)
+    return {key: (tuple(value.shape), value.dtype) for key, value in model.state_dict().items()}
+
+
+def _config_dtype(config) -> torch.dtype | None:
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype):
+        return getattr(torch, value)
+    return None
+
+
+__all__ = ["KEYS", "scan"]

@@ -1,0 +1,285 @@
+"""scan(): the prediction without weights equals the full-load audit, on every zoo entry and on native models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+import transformers
+
+import loadguard
+from loadguard import zoo
+from loadguard.errors import ModelNotFoundError, ScanError
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+
+ZOO = [e.name for e in zoo.entries()]
+
+
+def _natives():
+    """Tiny native models, one per family the issue names: causal LM, encoder, encoder-decoder, vision, VLM, MoE."""
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        BertConfig,
+        BertModel,
+        CLIPConfig,
+        CLIPModel,
+        CLIPVisionConfig,
+        GemmaConfig,
+        GemmaForCausalLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        MixtralConfig,
+        MixtralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        T5Config,
+        T5ForConditionalGeneration,
+        ViTConfig,
+        ViTModel,
+    )
+
+    decoder = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)
+    text = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    seq2seq = dict(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                   encoder_ffn_dim=64, decoder_ffn_dim=64)
+    torch.manual_seed(0)
+    models = {
+        "llama": (lambda: LlamaForCausalLM(LlamaConfig(**decoder)), "AutoModelForCausalLM"),
+        "qwen2": (lambda: Qwen2ForCausalLM(Qwen2Config(**decoder)), "AutoModelForCausalLM"),
+        "gemma": (lambda: GemmaForCausalLM(GemmaConfig(**decoder, head_dim=8)), "AutoModelForCausalLM"),
+        "gpt2": (lambda: GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64)), "AutoModelForCausalLM"),
+        "mixtral": (lambda: MixtralForCausalLM(MixtralConfig(**decoder, num_local_experts=4, num_experts_per_tok=2)), "AutoModelForCausalLM"),
+        "bert": (lambda: BertModel(BertConfig(**text)), "AutoModel"),
+        "t5": (lambda: T5ForConditionalGeneration(T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)), "AutoModelForSeq2SeqLM"),
+        "bart": (lambda: BartForConditionalGeneration(BartConfig(**seq2seq)), "AutoModelForSeq2SeqLM"),
+        "vit": (lambda: ViTModel(ViTConfig(**vision)), "AutoModel"),
+        "clip": (lambda: CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)), "AutoModel"),
+        "llava": (
+            lambda: LlavaForConditionalGeneration(LlavaConfig(text_config=LlamaConfig(**decoder), vision_config=CLIPVisionConfig(**vision), image_token_index=99)),
+            "AutoModelForImageTextToText",
+        ),
+    }
+    return models
+
+
+NATIVES = list(_natives()) + ["llama-bf16", "clip-without-logit-scale"]
+
+
+@pytest.fixture(scope="module")
+def native_folder(tmp_path_factory):
+    """``native_folder(name)``: (folder, auto class, dtype) of a tiny native model saved with save_pretrained."""
+    from safetensors.torch import load_file, save_file
+
+    built: dict = {}
+    factories = _natives()
+
+    def get(name: str):
+        if name not in built:
+            base = name.split("-")[0]
+            factory, auto = factories[base]
+            folder = tmp_path_factory.mktemp(f"native-{name}")
+            factory().save_pretrained(folder)
+            dtype = torch.bfloat16 if name.endswith("bf16") else None
+            if name == "clip-without-logit-scale":  # a key the checkpoint lacks (failure mode d, native)
+                tensors = load_file(folder / "model.safetensors")
+                tensors.pop("logit_scale")
+                save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+            built[name] = (folder, auto, dtype)
+        return built[name]
+
+    return get
+
+
+def failing(report) -> dict[str, str]:
+    return {f.tensor: f.status for f in report.failures}
+
+
+def full_audit(folder, auto: str, dtype=None, workarounds=()) -> dict[str, str]:
+    model = loadguard.load(auto, folder, trust_remote_code=True, poison=True, on_problem="warn", workarounds=workarounds, **({"dtype": dtype} if dtype else {}))
+    return failing(model.loadguard_report_as_loaded)
+
+
+def scanned(folder, auto: str, dtype=None, workarounds=(), keys="header") -> dict[str, str]:
+    report = loadguard.scan(folder, model_class=auto, trust_remote_code=True, dtype=dtype, workarounds=workarounds, keys=keys)
+    assert report.mode == "scan" and all(f.predicted and f.detail.startswith("predicted: ") for f in report.findings)
+    return failing(report)
+
+
+@pytest.mark.filterwarnings("ignore::loadguard.LoadguardWarning")
+@pytest.mark.parametrize("name", ZOO)
+def test_scan_equals_the_full_audit_on_every_zoo_entry(zoo_folder, name):
+    workarounds = "auto" if zoo.get(name).workarounds else ()
+    predicted = scanned(zoo_folder(name), "AutoModelForCausalLM", workarounds=workarounds)
+    assert predicted == full_audit(zoo_folder(name), "AutoModelForCausalLM", workarounds=workarounds)
+    if IS_V5:
+        assert predicted == {f.tensor: f.status for f in zoo.get(name).expected_for(2)}
+
+
+@pytest.mark.filterwarnings("ignore::loadguard.LoadguardWarning")
+@pytest.mark.parametrize("name", NATIVES)
+def test_scan_equals_the_full_audit_on_native_models(native_folder, name):
+    folder, auto, dtype = native_folder(name)
+    predicted = scanned(folder, auto, dtype)
+    assert predicted == full_audit(folder, auto, dtype)
+    if name == "clip-without-logit-scale" and IS_V5:
+        assert predicted == {"logit_scale": "uninitialized"}
+
+
+def test_complete_keys_assume_the_checkpoint_holds_every_key(zoo_folder, tmp_path):
+    # no weights at all: only config and code
+    folder = tmp_path / "no-weights"
+    shutil.copytree(zoo_folder("missing_key"), folder)
+    (folder / "model.safetensors").unlink()
+    report = loadguard.scan(folder, trust_remote_code=True)
+    assert report.checkpoint is None and not report.summary("missing_key").ran
+    assert "every key of the model's state dict assumed present" in report.summary("missing_key").reason
+    assert failing(report) == {}  # logit_scale would be loaded: nothing to predict
+    with pytest.raises(ScanError, match="no safetensors checkpoint"):
+        loadguard.scan(folder, trust_remote_code=True, keys="header")
+
+
+@pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} overwrites nothing")
+def test_a_wrong_scanner_fails_the_differential(zoo_folder, monkeypatch):
+    """Skip the init step (what a naive 'load the keys, check the buffers' predictor does): the differential must
+    catch it, or it proves nothing."""
+    from transformers import PreTrainedModel
+
+    monkeypatch.setattr(PreTrainedModel, "_initialize_missing_keys", lambda self, *args, **kwargs: None)
+    differing = [
+        name for name in ("overwritten", "clean", "missing_key")
+        if scanned(zoo_folder(name), "AutoModelForCausalLM") != {f.tensor: f.status for f in zoo.get(name).expected_for(2)}
+    ]
+    assert differing == ["overwritten", "clean", "missing_key"]
+
+
+def test_scan_leaves_torch_and_transformers_as_it_found_them(zoo_folder):
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    from transformers import PreTrainedModel
+
+    init, to_empty = PreTrainedModel.__dict__["_initialize_missing_keys"], torch.nn.Module.to_empty
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    loadguard.scan(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto")
+    assert PreTrainedModel.__dict__["_initialize_missing_keys"] is init and torch.nn.Module.to_empty is to_empty
+    assert torch.are_deterministic_algorithms_enabled() is deterministic
+    assert torch.utils.deterministic.fill_uninitialized_memory is fill
+    assert _get_current_dispatch_mode_stack() == [] and _get_current_function_mode_stack() == []
+    if IS_V5:  # the workaround's stand-in for the module 5.x removed is gone again
+        assert "transformers.modeling_attn_mask_utils" not in __import__("sys").modules
+
+
+def test_the_causal_lm_class_is_chosen_not_the_first_auto_map_entry():
+    from loadguard._hf import resolve_class
+
+    auto_map = {
+        "AutoConfig": "configuration_x.XConfig",
+        "AutoModelForSequenceClassification": "modeling_x.XForSequenceClassification",
+        "AutoModelForCausalLM": "modeling_x.XForCausalLM",
+        "AutoModel": "modeling_x.XModel",
+    }
+    assert resolve_class(None, {"auto_map": auto_map, "architectures": ["XForCausalLM"]}) is transformers.AutoModelForCausalLM
+    assert resolve_class(None, {"auto_map": auto_map}) is transformers.AutoModelForCausalLM
+    assert resolve_class(None, {"auto_map": auto_map, "architectures": ["XModel"]}) is transformers.AutoModel
+    assert resolve_class(None, {"architectures": ["LlamaForCausalLM"]}) is transformers.LlamaForCausalLM
+
+
+def test_skip_init_parameters_stay_on_meta():
+    """ChatGLM builds layers with torch.nn.utils.skip_init, which puts every parameter in real memory."""
+    from loadguard._transformers import parameters_stay_on_meta
+
+    with parameters_stay_on_meta():
+        layer = torch.nn.utils.skip_init(torch.nn.Linear, 4096, 4096)
+    assert layer.weight.device.type == "meta"
+    assert torch.nn.utils.skip_init(torch.nn.Linear, 4, 4).weight.device.type == "cpu"  # restored
+
+
+def test_large_tensors_are_created_on_meta_directly():
+    from loadguard._transformers import large_tensors_on_meta
+
+    with large_tensors_on_meta(threshold=1 << 20):
+        big = torch.empty(1024, 1024)  # 4 MiB
+        small = torch.zeros(16)
+    assert big.device.type == "meta" and small.device.type == "cpu"
+
+
+def test_a_model_with_its_own_loader_cannot_be_scanned(zoo_folder, tmp_path):
+    from loadguard.cli import main
+
+    folder = tmp_path / "own-loader"
+    shutil.copytree(zoo_folder("clean"), folder)
+    modeling = folder / "modeling_lgtoy.py"
+    modeling.write_text(modeling.read_text() + (
+        "\n\nclass LgToyForCausalLM(LgToyForCausalLM):\n"
+        "    @classmethod\n"
+        "    def from_pretrained(cls, *args, **kwargs):  # like nomic-bert: it reads its own weights\n"
+        "        return super().from_pretrained(*args, **kwargs)\n"
+    ))
+    with pytest.raises(ScanError, match="loads its own weights"):
+        loadguard.scan(folder, trust_remote_code=True)
+    with pytest.raises(SystemExit) as info:
+        main(["scan", str(folder), "--trust-remote-code"])
+    assert info.value.code == 2
+
+
+def _hub_cache(root, repo_id: str, files) -> None:
+    """A Hugging Face cache holding one snapshot of ``repo_id`` (what `hf download` leaves)."""
+    revision = "0" * 40
+    base = root / f"models--{repo_id.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(revision)
+    snapshot = base / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    for file in files:
+        shutil.copy(file, snapshot / file.name)
+
+
+def test_hub_ids_use_the_cache_offline_and_fetch_only_config_and_code(zoo_folder, tmp_path, monkeypatch):
+    folder = zoo_folder("np_buffer")
+    _hub_cache(tmp_path / "hub", "lg-org/tiny-np-buffer", [p for p in folder.iterdir() if p.suffix in (".json", ".py")])
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    report = loadguard.scan("lg-org/tiny-np-buffer", trust_remote_code=True)
+    assert report.model == "lg-org/tiny-np-buffer" and report.checkpoint is None
+    if IS_V5:
+        assert set(failing(report)) == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
+    with pytest.raises(ModelNotFoundError, match="could not be found in the local cache"):
+        loadguard.scan("lg-org/not-cached", trust_remote_code=True)
+
+
+def test_fleet_rows_json_markdown_and_exit_codes(zoo_folder, tmp_path, capsys):
+    from loadguard.cli import main
+
+    def run(*args):
+        with pytest.raises(SystemExit) as info:
+            main(list(args))
+        return info.value.code, capsys.readouterr()
+
+    fleet = tmp_path / "fleet.txt"
+    fleet.write_text(f"# three models\n{zoo_folder('clean')}\n{zoo_folder('typing_alias')}\n{zoo_folder('overwritten')}\n")
+    code, captured = run("scan", "--from", str(fleet), "--trust-remote-code", "--format", "json", "--jobs", "2")
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert [row["scanned"] for row in rows] == [True, False, True]  # its code fails to import (current torch): a row
+    assert code == 1
+    assert "--workaround remote-code-typing-aliases" in rows[1]["hint"] and rows[1]["fixes"] == ["remote-code-typing-aliases"]
+    if IS_V5:
+        assert [f["tensor"] for f in rows[2]["findings"]] == ["lm_head.weight"]
+    code, captured = run("scan", str(zoo_folder("clean")), str(zoo_folder("typing_alias")), "--trust-remote-code", "--workaround", "auto", "--format", "markdown")
+    assert captured.out.splitlines()[0].startswith("| model | class | verdict |") and captured.out.count("\n| ") >= 2
+    code, captured = run("scan", str(tmp_path / "nope"), str(tmp_path / "nope2"))
+    assert code == 2 and "none of the models could be scanned" in captured.err
+    code, captured = run("scan", str(zoo_folder("clean")), "--trust-remote-code")
+    assert code == 0 and "predicted clean" in captured.out
