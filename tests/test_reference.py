@@ -78,3 +78,20 @@ def test_reference_matches_an_eager_build_for_zoo_models():
             assert torch.equal(ref.values[key], value), (name, key)
     shared = build_reference(zoo.build_model("shared_buffer"), use_cache=False)
     assert shared.group("layers.1.attn.causal_mask") == ["layers.0.attn.causal_mask", "layers.1.attn.causal_mask"]
+
+
+def test_a_parameter_too_large_to_allocate_is_built_on_meta_directly():
+    """accelerate creates every parameter on CPU before moving it to meta: fused experts of 25-77 GB fail to
+    allocate there. The reference then creates tensors over 1 GiB on meta; buffers stay real."""
+    from torch import nn
+
+    from loadguard.reference import _construct
+
+    class Huge(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.experts = nn.Parameter(torch.empty(200_000, 1_000_000, dtype=torch.bfloat16))  # 400 GB
+            self.register_buffer("table", torch.arange(4.0), persistent=False)
+
+    model = _construct(Huge, None)
+    assert model.experts.device.type == "meta" and torch.equal(model.table, torch.arange(4.0))

@@ -11,7 +11,11 @@ renaming, fusing, loaded-flags, ``_move_missing_keys_from_meta_to_device``, ``_i
 - :func:`parameters_stay_on_meta` keeps ``Module.to_empty`` (``torch.nn.utils.skip_init``: ChatGLM) from
   materializing parameters;
 - :func:`large_tensors_on_meta` creates tensors over a size on the meta device directly (a reference build of a
-  model with 25-77 GB fused experts would otherwise allocate them on CPU first).
+  model with 25-77 GB fused experts would otherwise allocate them on CPU first);
+- :func:`meta_writes_skipped` returns at once from in-place initialization ops on meta tensors (``normal_``,
+  ``uniform_``, ...: they change nothing there and draw no random numbers, but cost ~0.2 ms each through torch's
+  Python meta kernels: a model with 70,000 linear layers spent most of its scan in them), recording those that
+  land on loaded tensors.
 
 Each is undone in ``finally``. When transformers lacks what one relies on, :class:`loadguard.errors.ScanError`
 says so with the version: never a wrong verdict.
@@ -56,6 +60,50 @@ def weightless_state_dict(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]
     return {key: Weightless(shape, dtype) for key, (shape, dtype) in shapes.items()}
 
 
+class CompleteKeys(dict):
+    """A weightless state dict holding every key of the model's own state dict: filled by
+    :func:`complete_keys_from_the_model` once transformers has constructed the model (constructing it a second
+    time just to learn its keys would double a scan's cost)."""
+
+
+@contextlib.contextmanager
+def complete_keys_from_the_model() -> Iterator[bool]:
+    """Wrap ``PreTrainedModel._load_pretrained_model`` (its first two arguments are the model and the state dict
+    on transformers 4.57 and 5.24) to fill a :class:`CompleteKeys` from the model. Yields False where the method
+    is not there (the caller then builds the keys itself)."""
+    from transformers import PreTrainedModel
+
+    descriptor = PreTrainedModel.__dict__.get("_load_pretrained_model")
+    if not isinstance(descriptor, (staticmethod, classmethod)):
+        yield False
+        return
+    function = descriptor.__func__
+
+    def fill(model, state_dict) -> None:
+        if isinstance(state_dict, CompleteKeys) and not state_dict:
+            for key, value in model.state_dict().items():
+                state_dict[key] = Weightless(value.shape, value.dtype)
+
+    if isinstance(descriptor, staticmethod):
+
+        def load_static(model, state_dict, *args, **kwargs):
+            fill(model, state_dict)
+            return function(model, state_dict, *args, **kwargs)
+
+        PreTrainedModel._load_pretrained_model = staticmethod(load_static)
+    else:
+
+        def load_class(cls, model, state_dict, *args, **kwargs):
+            fill(model, state_dict)
+            return function(cls, model, state_dict, *args, **kwargs)
+
+        PreTrainedModel._load_pretrained_model = classmethod(load_class)
+    try:
+        yield True
+    finally:
+        PreTrainedModel._load_pretrained_model = descriptor
+
+
 def _storage(tensor: torch.Tensor) -> int | None:
     try:
         return tensor.untyped_storage()._cdata
@@ -81,6 +129,38 @@ class InitWrites:
     writes: dict[str, list[str]] = field(default_factory=dict)
     replaced: set[str] = field(default_factory=set)
     ran: bool = False
+
+
+# In-place ops that only write values: on a meta tensor they are no-ops (shape checks aside).
+_VALUE_WRITES = frozenset(
+    "normal_ uniform_ zero_ fill_ copy_ exponential_ geometric_ log_normal_ cauchy_ random_ bernoulli_ erfinv_ mul_ add_ "
+    "sub_ div_ clamp_ clamp_min_ clamp_max_ addcmul_ addcdiv_ fill_diagonal_ masked_fill_ index_fill_ sqrt_ exp_ neg_ "
+    "abs_ __setitem__".split()
+)
+
+
+class _MetaWrites(TorchFunctionMode):
+    def __init__(self, watched: dict[int, list[str]] | None = None, record: InitWrites | None = None):
+        super().__init__()
+        self.watched, self.record = watched or {}, record
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        target = args[0] if args else (kwargs or {}).get("tensor")
+        name = getattr(func, "__name__", "")
+        initializer = getattr(func, "__module__", "") == "torch.nn.init" and name.endswith("_")
+        if isinstance(target, torch.Tensor) and target.device.type == "meta" and (name in _VALUE_WRITES or initializer):
+            if self.record is not None:
+                for loaded in self.watched.get(_storage(target), ()):
+                    self.record.writes.setdefault(loaded, []).append(name)
+            return None if name == "__setitem__" else target
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def meta_writes_skipped() -> Iterator[None]:
+    """In-place value writes to meta tensors return at once (construction and init of a model on meta)."""
+    with _MetaWrites():
+        yield
 
 
 class _WriteRecorder(TorchDispatchMode):
@@ -120,7 +200,7 @@ def recording_init_writes(record: InitWrites) -> Iterator[None]:
         for name, storage in before.items():
             watched.setdefault(storage, []).append(name)
         record.ran = True
-        with _WriteRecorder(watched, record):
+        with _WriteRecorder(watched, record), _MetaWrites(watched, record):
             result = original(self, *args, **kwargs)
         after = loaded_tensors(self)
         record.replaced |= {name for name, storage in before.items() if after.get(name) != storage}

@@ -62,11 +62,18 @@ def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
 def _construct(model_class: type, config) -> nn.Module:
     from accelerate import init_empty_weights
 
-    from ._transformers import large_tensors_on_meta
+    from ._transformers import large_tensors_on_meta, meta_writes_skipped
 
-    # accelerate creates each parameter on CPU before moving it to meta: fused experts of 25-77 GB would fail
-    # to allocate, so tensors over 1 GiB are created on meta directly
-    with init_empty_weights(include_buffers=False), large_tensors_on_meta():
+    # initializing meta parameters does nothing: skip it (a model with 70,000 linear layers spent seconds in it)
+    try:
+        with init_empty_weights(include_buffers=False), meta_writes_skipped():
+            return model_class(copy.deepcopy(config))
+    except RuntimeError as error:
+        if "allocate" not in str(error):
+            raise
+    # accelerate creates each parameter on CPU before moving it to meta: fused experts of 25-77 GB can fail to
+    # allocate; then tensors over 1 GiB are created on meta directly (only then: it costs resident memory)
+    with init_empty_weights(include_buffers=False), large_tensors_on_meta(), meta_writes_skipped():
         return model_class(copy.deepcopy(config))
 
 

@@ -18,6 +18,7 @@ with the reason; never a silent pass. Every finding is marked as a prediction.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -30,7 +31,16 @@ import torch
 
 from . import _hf, checks
 from . import workarounds as registry
-from ._transformers import InitWrites, loaded_tensors, parameters_stay_on_meta, recording_init_writes, weightless_state_dict
+from ._transformers import (
+    CompleteKeys,
+    InitWrites,
+    complete_keys_from_the_model,
+    loaded_tensors,
+    meta_writes_skipped,
+    parameters_stay_on_meta,
+    recording_init_writes,
+    weightless_state_dict,
+)
 from .audit import _summary, computed_state, meta_leftovers, versions
 from .checks import Check
 from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ModelNotFoundError, ScanError
@@ -107,14 +117,21 @@ def scan(
             config = source.config_object if source.config_object is not None else _load_config(source, trust_remote_code)
             concrete = _concrete_class(auto_class, config, source, trust_remote_code)
             _refuse_own_loader(concrete)
-            shapes = source.header if mode == "header" else _own_keys(concrete, config, parsed_dtype)
-            if any(v is None for v in shapes.values()):  # a .bin index names keys only: shapes from the model itself
-                own = _own_keys(concrete, config, parsed_dtype)
-                shapes = {key: own[key] for key in shapes if key in own}
-            kwargs = {"config": config, "state_dict": weightless_state_dict(shapes)}
+            kwargs: dict[str, Any] = {"config": config}
             if parsed_dtype is not None:
                 kwargs["dtype"] = parsed_dtype
-            with poison(), recording_init_writes(record), parameters_stay_on_meta():
+            with contextlib.ExitStack() as stack:
+                if mode == "complete" and stack.enter_context(complete_keys_from_the_model()):
+                    kwargs["state_dict"] = CompleteKeys()  # filled from the model transformers constructs
+                    kwargs.setdefault("dtype", _config_dtype(config) or torch.float32)
+                else:
+                    shapes = source.header if mode == "header" else _own_keys(concrete, config, parsed_dtype)
+                    if any(v is None for v in shapes.values()):  # a .bin index names keys only: shapes from the model
+                        own = _own_keys(concrete, config, parsed_dtype)
+                        shapes = {key: own[key] for key in shapes if key in own}
+                    kwargs["state_dict"] = weightless_state_dict(shapes)
+                for context in (poison(), recording_init_writes(record), parameters_stay_on_meta(), meta_writes_skipped()):
+                    stack.enter_context(context)
                 return concrete.from_pretrained(None, **kwargs)
         except LoadguardError:
             raise
@@ -151,6 +168,7 @@ def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dic
     except LoadguardError as error:
         reference, reason = None, error.message
     seconds["reference"] = time.perf_counter() - start
+    start = time.perf_counter()
     state_findings, summary = computed_state(inventory, reference, reason, on_meta)
     findings += state_findings
     summaries.append(summary)
@@ -315,7 +333,7 @@ def _own_keys(cls, config, dtype) -> dict[str, tuple[tuple[int, ...], torch.dtyp
     from .reference import _default_dtype
 
     wanted = dtype if isinstance(dtype, torch.dtype) else _config_dtype(config)
-    with torch.device("meta"), _default_dtype(wanted):
+    with torch.device("meta"), _default_dtype(wanted), meta_writes_skipped():
         model = cls(config)
     return {key: (tuple(value.shape), value.dtype) for key, value in model.state_dict().items()}
 

@@ -1,0 +1,199 @@
+"""loadguard scan: wall time and peak extra memory on model shapes nobody can download here, the cost of a scan
+against a full audit of the same folder, and a fleet with --jobs 2 against --jobs 1.
+
+    python benchmarks/bench_scan.py            # everything (a few minutes: the per-expert 1T-shaped model dominates)
+    python benchmarks/bench_scan.py --quick    # without the per-expert 61-layer model
+
+Each shape runs in a fresh interpreter: peak extra RSS is measured from after imports and a warm-up scan to the
+end of the scan, sampled every 5 ms, and set against the target (the model's non-persistent buffer bytes + 64 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+SHAPES = {
+    # name: (config class, kwargs, wall-time target in seconds or None)
+    "llama-7b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000), None),
+    "llama-70b": ("LlamaConfig", dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8, vocab_size=128256), 1.5),
+    "llama-405b": ("LlamaConfig", dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128, num_key_value_heads=8, vocab_size=128256), 5.0),
+    "mixtral-8x22b": ("MixtralConfig", dict(hidden_size=6144, intermediate_size=16384, num_hidden_layers=56, num_attention_heads=48, num_key_value_heads=8, vocab_size=32768, num_local_experts=8, num_experts_per_tok=2), None),
+    "kimi-k2 (native DeepseekV3, 1T)": ("DeepseekV3Config", dict(
+        hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64,
+        n_routed_experts=384, n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=1, vocab_size=163840, q_lora_rank=1536,
+        kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128), 60.0),
+    "kimi-k2 per-expert modules (remote-code style, 1T)": ("PerExpert", dict(num_hidden_layers=61), 60.0),
+}
+
+_CHILD = r'''
+import json, os, sys, threading, time, warnings
+warnings.filterwarnings("ignore")
+import psutil, torch, transformers
+from torch import nn
+transformers.logging.set_verbosity_error()
+import loadguard
+from loadguard.reference import build_reference
+
+name, class_name, kwargs = json.loads(sys.argv[1])
+
+class MoEConfig(transformers.PretrainedConfig):
+    model_type = "loadguard_bench_moe"
+    def __init__(self, hidden_size=7168, moe_intermediate_size=2048, n_routed_experts=384, num_hidden_layers=61, vocab_size=163840, **kw):
+        self.hidden_size, self.moe_intermediate_size, self.n_routed_experts = hidden_size, moe_intermediate_size, n_routed_experts
+        self.num_hidden_layers, self.vocab_size = num_hidden_layers, vocab_size
+        super().__init__(**kw)
+
+class Expert(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.moe_intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.moe_intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.moe_intermediate_size, c.hidden_size, bias=False)
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate = nn.Linear(c.hidden_size, c.n_routed_experts, bias=False)
+        self.experts = nn.ModuleList([Expert(c) for _ in range(c.n_routed_experts)])
+        self.norm = nn.LayerNorm(c.hidden_size)
+
+class PerExpertMoE(transformers.PreTrainedModel):
+    config_class = MoEConfig
+    def __init__(self, c):
+        super().__init__(c)
+        self.embed = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([Layer(c) for _ in range(c.num_hidden_layers)])
+        self.post_init()
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            module.weight.data.normal_(0, 0.02)
+
+if class_name == "PerExpert":
+    config, model_class = MoEConfig(dtype="bfloat16", **kwargs), PerExpertMoE
+else:
+    config, model_class = getattr(transformers, class_name)(dtype="bfloat16", **kwargs), None
+loadguard.scan(transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100))
+process = psutil.Process()
+base = peak = process.memory_info().rss
+done = False
+def watch():
+    global peak
+    while not done:
+        peak = max(peak, process.memory_info().rss)
+        time.sleep(0.005)
+watcher = threading.Thread(target=watch)
+watcher.start()
+start = time.perf_counter()
+report = loadguard.scan(config, model_class=model_class)
+seconds = time.perf_counter() - start
+done = True
+watcher.join()
+cls = model_class or transformers.AutoModelForCausalLM._model_mapping[type(config)]
+with torch.device("meta"):
+    meta = cls(config)
+params = sum(p.numel() for p in meta.parameters())
+reference = build_reference(meta)
+np_bytes = sum(v.numel() * v.element_size() for v in reference.values.values())
+print(json.dumps({"name": name, "seconds": seconds, "peak_mb": (peak - base) / 2**20, "params": params, "np_mb": np_bytes / 2**20,
+                  "modules": sum(1 for _ in meta.modules()), "findings": [f.tensor for f in report.failures]}))
+'''
+
+
+def shapes(quick: bool) -> None:
+    print("## Model shapes, no weights (each in a fresh interpreter)")
+    print(f"{'shape':<52} {'params':>8} {'modules':>8} {'wall s':>8} {'target':>7} {'peak MB':>8} {'≤ np+64':>8}  verdict")
+    for name, (class_name, kwargs, target) in SHAPES.items():
+        if quick and "per-expert" in name:
+            continue
+        result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([name, class_name, kwargs])], capture_output=True, text=True, timeout=1200)
+        if result.returncode != 0:
+            print(f"{name:<52} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
+            continue
+        row = json.loads(result.stdout.strip().splitlines()[-1])
+        bound = row["np_mb"] + 64
+        time_ok = target is None or row["seconds"] <= target
+        verdict = ("ok" if time_ok and row["peak_mb"] <= bound else "OVER") + (f" (findings: {row['findings']})" if row["findings"] else "")
+        print(
+            f"{name:<52} {row['params'] / 1e9:>7.0f}B {row['modules']:>8} {row['seconds']:>8.2f} {target if target else '-':>7} "
+            f"{row['peak_mb']:>8.1f} {bound:>8.1f}  {verdict}"
+        )
+
+
+def scan_vs_audit() -> None:
+    import loadguard
+    from loadguard import zoo
+    from loadguard.load import load_unaudited
+
+    print("\n## Scan vs full audit of the same zoo folder (median of 5, same process, warm)")
+    cases = [("minicpmv_like", {}), ("np_buffer", {}), ("overwritten", {}),
+             ("np_buffer", dict(hidden_size=1024, num_hidden_layers=24, intermediate_size=4096, vocab_size=32000))]
+    with tempfile.TemporaryDirectory() as workdir:
+        for index, (name, size) in enumerate(cases):
+            folder = zoo.build(name, Path(workdir) / f"{name}-{index}", **size)
+            label = name + (" 374M (1.5 GB)" if size else " (tiny)")
+            workarounds = "auto" if zoo.get(name).workarounds else ()
+
+            def full():
+                model, _ = load_unaudited(None, folder, poison=True, workarounds=workarounds, trust_remote_code=True)
+                return loadguard.audit(model)
+
+            def predicted():
+                return loadguard.scan(folder, trust_remote_code=True, workarounds=workarounds)
+
+            for fn in (full, predicted):
+                fn()
+            timings = {}
+            for label, fn in (("audit", full), ("scan", predicted)):
+                samples = []
+                for _ in range(5):
+                    start = time.perf_counter()
+                    fn()
+                    samples.append(time.perf_counter() - start)
+                timings[label] = statistics.median(samples)
+            ratio = timings["scan"] / timings["audit"]
+            print(f"{label:<28} full load + audit {timings['audit']:.3f} s   scan {timings['scan']:.3f} s   scan/audit {ratio:.0%} (target ≤ 50%)")
+
+
+def fleet() -> None:
+    from loadguard import zoo
+
+    print("\n## Fleet of 20 folders: --jobs 2 vs --jobs 1 (each model in a fresh interpreter)")
+    names = [e.name for e in zoo.entries()]
+    with tempfile.TemporaryDirectory() as workdir:
+        folders = [str(zoo.build(names[i % len(names)], Path(workdir) / f"m{i:02d}")) for i in range(20)]
+        listing = Path(workdir) / "fleet.txt"
+        listing.write_text("\n".join(folders) + "\n")
+        outputs, times = {}, {}
+        for jobs in (1, 2):
+            start = time.perf_counter()
+            result = subprocess.run(
+                [sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--trust-remote-code", "--workaround", "auto", "--format", "json", "--jobs", str(jobs)],
+                capture_output=True, text=True, timeout=1800,
+            )
+            times[jobs] = time.perf_counter() - start
+            rows = [json.loads(line) for line in result.stdout.splitlines()]
+            for row in rows:
+                row.pop("seconds", None)
+            outputs[jobs] = rows
+        same = outputs[1] == outputs[2]
+        print(f"--jobs 1: {times[1]:.1f} s   --jobs 2: {times[2]:.1f} s   speed-up {times[1] / times[2]:.2f}x   identical output: {same}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="skip the per-expert 61-layer model")
+    arguments = parser.parse_args()
+    shapes(arguments.quick)
+    scan_vs_audit()
+    fleet()

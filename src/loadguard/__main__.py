@@ -1,0 +1,5 @@
+"""``python -m loadguard``: the command line."""
+
+from .cli import main
+
+main()
