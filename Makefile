@@ -30,6 +30,7 @@ $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_zoo.py
 	$(BIN)/python benchmarks/bench_audit.py
+	$(BIN)/python benchmarks/bench_scan.py
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

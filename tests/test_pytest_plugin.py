@@ -150,6 +150,29 @@ def test_a_load_that_fails_like_v4_code_names_the_marker_that_fixes_it(suite):
     assert "mark the test @pytest.mark.loadguard(workarounds=['v4-torch-fx-available']) (or workarounds='auto')" in out
 
 
+@needs_v5
+def test_a_scan_inside_a_test_is_not_audited_and_leaves_the_plugin_working(pytester):
+    pytester.makepyfile(
+        """
+        import loadguard
+        from loadguard import zoo
+
+        def test_scan_then_load(tmp_path, loadguard_report):
+            from transformers import AutoModelForCausalLM
+            path = zoo.build("np_buffer", tmp_path / "m")
+            report = loadguard.scan(path, trust_remote_code=True)
+            assert report.mode == "scan" and not report.ok
+            assert loadguard_report == []  # the scan's weightless load is loadguard's own: not audited by the plugin
+            AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)  # a real load: audited, fails the test
+        """
+    )
+    result = pytester.runpytest_subprocess("--loadguard=fail", "--loadguard-poison", "-rN", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized)" in out
+    assert "1 model load(s) audited" in out
+
+
 def test_loadguard_report_fixture_and_patch_undone(pytester):
     from transformers import PreTrainedModel
 

@@ -43,7 +43,7 @@ _EXPORTS = {
     "RepairResult": "report",
     "Unrepaired": "report",
 }
-_SUBMODULES = ("checks", "checkpoint", "compare", "errors", "inventory", "reference", "report", "runner", "workarounds", "zoo")
+_SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "inventory", "matrix", "reference", "report", "runner", "workarounds", "zoo")
 # ("scan" is a verb: loadguard.scan is the function, as loadguard.audit is)
 
 if TYPE_CHECKING:

@@ -62,18 +62,12 @@ def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
 def _construct(model_class: type, config) -> nn.Module:
     from accelerate import init_empty_weights
 
-    from ._transformers import large_tensors_on_meta, meta_writes_skipped
+    from ._transformers import large_tensors_on_meta, meta_writes_skipped, uninitialized_tensors_on_meta
 
-    # initializing meta parameters does nothing: skip it (a model with 70,000 linear layers spent seconds in it)
-    try:
-        with init_empty_weights(include_buffers=False), meta_writes_skipped():
-            return model_class(copy.deepcopy(config))
-    except RuntimeError as error:
-        if "allocate" not in str(error):
-            raise
-    # accelerate creates each parameter on CPU before moving it to meta: fused experts of 25-77 GB can fail to
-    # allocate; then tensors over 1 GiB are created on meta directly (only then: it costs resident memory)
-    with init_empty_weights(include_buffers=False), large_tensors_on_meta(), meta_writes_skipped():
+    # accelerate creates each parameter on CPU before moving it to meta: parameters (torch.empty) are created on
+    # meta directly instead, so a 1T-parameter model's reference allocates nothing for them (fused experts of
+    # 25-77 GB would fail to allocate); initializing meta parameters does nothing, so it is skipped
+    with init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped():
         return model_class(copy.deepcopy(config))
 
 

@@ -85,7 +85,9 @@ def scan(
             are predicted as missing), ``"complete"`` (the checkpoint holds every key of the model's state dict),
             or ``"auto"`` (header when a local checkpoint is there, complete otherwise).
         dtype: as ``from_pretrained``'s ``dtype=``.
-        workarounds: ``before_import`` workarounds (or ``"auto"``), as for :func:`loadguard.load`.
+        workarounds: as for :func:`loadguard.load`: ``before_import`` ones (or ``"auto"``) run around the load;
+            ``after_load`` ones are reported ``needed`` (their targets predicted broken) or ``stale``, not applied;
+            ``runner`` ones have nothing to act on in a scan and are left out.
         trust_remote_code: run the model's own code (never implied).
 
     Returns an :class:`loadguard.AuditReport` with ``mode == "scan"``; each finding has ``predicted=True``.
@@ -148,7 +150,8 @@ def scan(
     registry.remember(model, outcomes)
     seconds["load"] = time.perf_counter() - start
     report = _predict(model, source, mode, record, seconds)
-    return dataclasses.replace(report, workarounds=tuple(outcomes))
+    later = registry.predict_after_load(model, registry.resolve(workarounds), report)
+    return dataclasses.replace(report, workarounds=tuple(outcomes) + tuple(later))
 
 
 def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dict[str, float]) -> AuditReport:

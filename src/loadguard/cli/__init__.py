@@ -25,6 +25,7 @@ class _LazyGroup(click.Group):
         "trace": ("trace", "trace"),
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
+        "matrix": ("matrix", "matrix"),
         "repeat": ("repeat", "repeat"),
         "scan": ("scan", "scan"),
         "workarounds": ("workarounds", "workarounds"),

@@ -21,10 +21,12 @@ from ._common import ExitCode, quiet_transformers, stderr, stdout, workarounds_f
 def _result(target: str, options: dict) -> dict:
     """One model's scan as JSON-able data: the report, or why it could not be scanned."""
     from .. import workarounds as registry
+    from .._transformers import return_freed_memory
     from ..errors import LoadguardError, hint_for
     from ..scan import scan
 
     quiet_transformers()
+    return_freed_memory()  # this process only scans: keep construction scratch from staying resident
     for file in options.get("workaround_files", ()):
         registry.load_file(file)
     try:

@@ -108,7 +108,8 @@ class Workaround:
 
 @dataclass(frozen=True)
 class WorkaroundOutcome:
-    """What one workaround did on one load: ``applied`` (with how many things it fixed) or ``stale``."""
+    """What one workaround did on one load: ``applied`` (with how many things it fixed) or ``stale``; in a scan,
+    an ``after_load`` workaround is ``needed`` (its targets are predicted broken) or ``stale``, never applied."""
 
     name: str
     stage: str
@@ -493,6 +494,27 @@ def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, s
     return outcomes
 
 
+def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, strict: bool = False) -> list[WorkaroundOutcome]:
+    """A scan's view of the ``after_load`` workarounds: ``needed`` where a target is predicted broken, ``stale``
+    where every target is predicted correct. Nothing is applied (there are no weights to apply them to)."""
+    outcomes = []
+    config = model.config.to_dict()
+    for item in (w for w in items if w.stage == "after_load"):
+        _check_applies(item, config)
+        targets = item.targets(model)
+        if not targets:
+            raise WorkaroundError(
+                f"workaround {item.name} found nothing to fix in {_model_label(config)}: none of the modules it targets exist",
+                "the model changed: check whether the workaround still applies, then remove or update it",
+            )
+        broken = sorted({f.tensor for f in report.failures} & set(targets))
+        if broken:
+            outcomes.append(WorkaroundOutcome(item.name, item.stage, "needed", 0, f"predicted broken: {', '.join(broken)}", item.upstream))
+        else:
+            outcomes.append(_stale(item, f"preserves {', '.join(targets)} (predicted)", strict))
+    return outcomes
+
+
 def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = None, *, early: Sequence[WorkaroundOutcome] = (), strict: bool = False):
     """Audit ``model`` as loaded, run the ``after_load`` workarounds, and audit again if any applied.
 
@@ -550,6 +572,7 @@ __all__ = [
     "get",
     "load_file",
     "matching",
+    "predict_after_load",
     "remember",
     "resolve",
     "using",

@@ -1,0 +1,132 @@
+"""``loadguard matrix PATH_OR_ID... --transformers V1,V2,...``: which transformers versions break which models,
+and which workarounds each version still needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ._common import ExitCode, progress, stderr, stdout, workarounds_from_option
+
+_SPECIFIER = set("<>=!~*")
+
+
+def versions_from(text: str, max_versions: int | None) -> list[str]:
+    """``4.57.6,5.24.0`` (exact versions) or a specifier (``>=5,<5.25``) expanded from the package index."""
+    from .. import envs
+
+    versions: list[str] = []
+    for part in [p.strip() for p in text.split(",") if p.strip()] if not (set(text) & _SPECIFIER) else [text]:
+        versions += envs.released_versions(part, max_versions) if set(part) & _SPECIFIER else [part]
+    return list(dict.fromkeys(versions))
+
+
+def _cell_text(cell) -> str:
+    from ..render import collapse_names
+
+    if cell.status == "unavailable":
+        return f"not installable here: {cell.error}"
+    if cell.status == "error":
+        return f"could not scan: {cell.error}"
+    if cell.status == "clean":
+        return "clean"
+    return ", ".join(collapse_names(f"{f['tensor']} ({f['status']})" for f in cell.report["findings"] if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")))
+
+
+def _markdown(matrix) -> str:
+    header = "| model | " + " | ".join(f"transformers {v}" for v in matrix.versions) + " |"
+    lines = [header, "|---" * (len(matrix.versions) + 1) + "|"]
+    for model in matrix.models:
+        lines.append(f"| {model} | " + " | ".join(_cell_text(matrix.cell(model, v)).replace("|", "\\|") for v in matrix.versions) + " |")
+        for m, name, row in matrix.workaround_rows():
+            if m == model:
+                lines.append(f"| ↳ workaround `{name}` | " + " | ".join(row[v] for v in matrix.versions) + " |")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("paths", nargs=-1)
+@click.option("--transformers", "transformers_versions", required=True, metavar="VERSIONS",
+              help="Comma-separated versions (4.57.6,5.24.0) or a specifier ('>=5,<5.25') expanded from the package index.")
+@click.option("--max-versions", type=click.IntRange(1, 200), default=None, help="Cap a specifier's versions (spread from oldest to newest).")
+@click.option("--full", is_flag=True, help="A full audit of each local checkpoint instead of a scan (needs the weights).")
+@click.option("--trust-remote-code", is_flag=True, help="Run the models' own code (read it first).")
+@click.option("--auto-class", default=None, metavar="NAME", help="Auto class or model class for every model.")
+@click.option("--keys", type=click.Choice(["auto", "header", "complete"]), default="auto", show_default=True, help="Where a scan takes the checkpoint's keys from.")
+@click.option("--workaround", "workarounds", multiple=True, metavar="NAME",
+              help="Apply (or, after load, assess) a registered workaround in every cell; a row per model says where it is needed.")
+@workarounds_from_option(expose=True)
+@click.option("--bisect", nargs=2, default=None, metavar="LOW HIGH", help="The first version between LOW and HIGH at which each model's verdict changes.")
+@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True)
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Cells at once (each a fresh interpreter).")
+def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, fmt, jobs):
+    """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
+
+    Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
+    """
+    from .. import matrix as matrix_module
+    from ..errors import InvalidOptionError
+
+    if not paths:
+        raise InvalidOptionError("no model given", "pass model folders or Hub ids")
+    files = [str(Path(f).resolve()) for f in workarounds_from]
+    if bisect:
+        options = matrix_module._options(trust_remote_code, workarounds, files, auto_class, "" if full else keys)
+        results = []
+        for model in paths:
+            with progress(f"Bisecting {model} between transformers {bisect[0]} and {bisect[1]}", after=0.5):
+                results.append(matrix_module.bisect(model, bisect[0], bisect[1], full=full, options=options))
+        if fmt == "json":
+            click.echo(json.dumps({"bisections": [r.to_dict() for r in results]}, indent=2))
+        else:
+            for result in results:
+                if result.first_changed is None:
+                    stdout().print(f"{result.model}: the same verdict from {result.low} to {result.high} ({len(result.cells)} of {result.candidates} versions run)", highlight=False)
+                    continue
+                before = next(c for c in result.cells if c.transformers == result.low).verdict()
+                after = next(c for c in result.cells if c.transformers == result.first_changed).verdict()
+                stdout().print(
+                    f"{result.model}: first changes at transformers {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)\n"
+                    f"  {result.low}: {before}\n  {result.first_changed}: {after}",
+                    highlight=False,
+                )
+        changed = any(r.first_changed for r in results)
+        return ExitCode.FINDINGS if changed else ExitCode.CLEAN
+    versions = versions_from(transformers_versions, max_versions)
+    if not versions:
+        raise InvalidOptionError(f"no released transformers version matches {transformers_versions!r}", "widen the specifier")
+    with progress(f"Preparing {len(versions)} environment(s) and {len(versions) * len(paths)} cell(s)", after=0.5):
+        result = matrix_module.run(
+            list(paths), versions, full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code,
+            auto_class=auto_class, keys=keys, jobs=jobs,
+        )
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    elif fmt == "markdown":
+        click.echo(_markdown(result))
+    else:
+        from rich.table import Table
+
+        table = Table(header_style="bold", title=f"loadguard matrix ({result.mode})")
+        table.add_column("model", overflow="fold")
+        for version in result.versions:
+            table.add_column(f"transformers {version}", overflow="fold")
+        for model in result.models:
+            table.add_row(model, *(_cell_text(result.cell(model, v)) for v in result.versions))
+            for m, name, row in result.workaround_rows():
+                if m == model:
+                    table.add_row(f"  ↳ workaround {name}", *(row[v] for v in result.versions))
+        stdout().print(table)
+        for environment in result.environments:
+            state = "created" if environment.created else "cached"
+            text = f"transformers {environment.version}: environment {state}" + (f" in {environment.seconds:.1f} s" if environment.created else "")
+            if not environment.ok:
+                text += f"; not installable here: {environment.reason}"
+            stderr().print(text, highlight=False)
+        stderr().print(f"{len(result.cells)} cells in {result.seconds['cells']:.1f} s ({result.seconds['per_cell']:.2f} s per cell)", highlight=False)
+    if all(c.status == "unavailable" for c in result.cells):
+        stderr().print("[bold red]Error:[/] none of the transformers versions could be installed here", highlight=False)
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.CLEAN if all(c.status == "clean" for c in result.cells) else ExitCode.FINDINGS

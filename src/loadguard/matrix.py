@@ -1,0 +1,219 @@
+"""``matrix``: which transformers versions break a model, and at which a workaround stops being needed.
+
+Each (model, version) cell runs in a fresh interpreter of that version's environment (:mod:`loadguard.envs`):
+``loadguard scan`` (no weights needed, so a cell costs seconds), or with ``full=True`` a full ``loadguard audit``
+of a local checkpoint. This module only collects their JSON: the findings schema is the scan's / audit's own,
+so two matrices can be diffed.
+
+Example::
+
+    result = loadguard.matrix.run(["./minicpmv_like"], ["4.57.6", "5.24.0"], workarounds=["auto", "minicpmv-pos-cache"],
+                                  trust_remote_code=True)
+    result.cell("./minicpmv_like", "5.24.0").failures      # ['resampler.pos_embed']
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from . import envs
+
+FAILING = ("uninitialized", "mismatch", "on_meta", "overwritten")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One model under one transformers version: ``status`` is ``clean``, ``findings``, ``error`` (the model
+    could not be scanned: ``error``/``hint``) or ``unavailable`` (the version could not be installed here)."""
+
+    model: str
+    transformers: str
+    status: str
+    report: dict | None = None
+    error: str = ""
+    hint: str = ""
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[str]:
+        if self.report is None:
+            return []
+        return [f["tensor"] for f in self.report["findings"] if f["status"] in FAILING]
+
+    def verdict(self) -> str:
+        """What a reader compares across versions: clean, the failing tensors, or why it could not run."""
+        if self.status in ("error", "unavailable"):
+            return f"{self.status}: {self.error}"
+        if not self.failures:
+            return "clean"
+        return ", ".join(f"{f['tensor']} ({f['status']})" for f in self.report["findings"] if f["status"] in FAILING)
+
+    def workaround(self, name: str) -> str:
+        """``needed``, ``stale``, ``not applicable`` or ``unknown`` (the cell did not run)."""
+        if self.report is None:
+            return "unknown"
+        for outcome in self.report.get("workarounds", []):
+            if outcome["name"] == name:
+                return {"applied": "needed", "needed": "needed", "stale": "stale"}.get(outcome["status"], outcome["status"])
+        return "not applicable"
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "transformers": self.transformers,
+            "status": self.status,
+            "verdict": self.verdict(),
+            "report": self.report,
+            "error": self.error or None,
+            "hint": self.hint or None,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+@dataclass(frozen=True)
+class Matrix:
+    models: tuple[str, ...]
+    versions: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    environments: tuple[envs.Environment, ...]
+    workarounds: tuple[str, ...] = ()
+    mode: str = "scan"
+    seconds: dict = field(default_factory=dict)
+
+    def cell(self, model: str, version: str) -> Cell:
+        return next(c for c in self.cells if c.model == model and c.transformers == version)
+
+    def workaround_rows(self) -> list[tuple[str, str, dict[str, str]]]:
+        """(model, workaround, {version: needed/stale/not applicable/unknown}) for every named workaround."""
+        return [(m, w, {v: self.cell(m, v).workaround(w) for v in self.versions}) for m in self.models for w in self.workarounds]
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "models": list(self.models),
+            "transformers": list(self.versions),
+            "environments": [e.to_dict() for e in self.environments],
+            "cells": [c.to_dict() for c in self.cells],
+            "workarounds": [{"model": m, "workaround": w, "transformers": row} for m, w, row in self.workaround_rows()],
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+        }
+
+
+def _options(trust_remote_code: bool, workarounds: Sequence[str], workaround_files: Sequence[str], auto_class: str | None, keys: str) -> list[str]:
+    args = ["--trust-remote-code"] if trust_remote_code else []
+    args += [f"--workaround={w}" for w in workarounds] + [f"--workarounds-from={f}" for f in workaround_files]
+    if auto_class:
+        args += ["--auto-class", auto_class]
+    return args + ([f"--keys={keys}"] if keys else [])
+
+
+def run_cell(environment: envs.Environment, model: str, *, full: bool, options: list[str]) -> Cell:
+    """One model in a fresh interpreter of ``environment``; its JSON, as the CLI writes it."""
+    if not environment.ok:
+        return Cell(model, environment.version, "unavailable", error=environment.reason)
+    start = time.perf_counter()
+    verb = ["audit", model, "--format", "json"] if full else ["scan", model, "--format", "json"]
+    if full:
+        options = [o for o in options if not o.startswith("--keys")]
+    result = subprocess.run([str(environment.python), "-m", "loadguard", *verb, *options], capture_output=True, text=True, timeout=1800)
+    seconds = time.perf_counter() - start
+    if result.returncode in (0, 1) and result.stdout.strip():
+        document = json.loads(result.stdout.strip().splitlines()[0] if not full else result.stdout)
+        if not full and not document.get("scanned", True):
+            return Cell(model, environment.version, "error", None, document["error"], document["hint"], seconds)
+        clean = not [f for f in document["findings"] if f["status"] in FAILING]
+        return Cell(model, environment.version, "clean" if clean else "findings", document, seconds=seconds)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    error = next((line[len("Error: "):] for line in lines if line.startswith("Error: ")), lines[-1] if lines else f"exit {result.returncode}")
+    hint = next((line[len("Hint: "):] for line in lines if line.startswith("Hint: ")), "")
+    return Cell(model, environment.version, "error", None, error, hint, seconds)
+
+
+def run(
+    models: Sequence[str],
+    versions: Sequence[str],
+    *,
+    full: bool = False,
+    workarounds: Sequence[str] = (),
+    workaround_files: Sequence[str] = (),
+    trust_remote_code: bool = False,
+    auto_class: str | None = None,
+    keys: str = "auto",
+    jobs: int = 1,
+) -> Matrix:
+    """Every model under every version; environments created (or reused) first, cells ``jobs`` at a time."""
+    start = time.perf_counter()
+    environments = [envs.environment(v) for v in versions]
+    built = time.perf_counter() - start
+    options = _options(trust_remote_code, workarounds, workaround_files, auto_class, "" if full else keys)
+    pairs = [(e, m) for m in models for e in environments]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each cell is a subprocess: threads only wait
+        cells = list(pool.map(lambda pair: run_cell(pair[0], pair[1], full=full, options=options), pairs))
+    names = tuple(w for w in workarounds if w != "auto")
+    return Matrix(
+        tuple(models), tuple(versions), tuple(cells), tuple(environments), names, "audit" if full else "scan",
+        {"environments": built, "cells": time.perf_counter() - start, "per_cell": (time.perf_counter() - start) / max(1, len(cells))},
+    )
+
+
+@dataclass(frozen=True)
+class Bisection:
+    model: str
+    low: str
+    high: str
+    first_changed: str | None
+    """The first version whose verdict differs from ``low``'s (None: the same all the way to ``high``)."""
+    cells: tuple[Cell, ...]
+    candidates: int
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "low": self.low,
+            "high": self.high,
+            "first_changed": self.first_changed,
+            "versions_between": self.candidates,
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+
+def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequence[str] = ()) -> Bisection:
+    """The first released version between ``low`` and ``high`` at which ``model``'s verdict changes, in
+    about log2(n) cells (each version's environment built on demand)."""
+    from packaging.version import Version
+
+    versions = envs.released_versions(f">={low},<={high}")
+    if Version(low) not in map(Version, versions) or Version(high) not in map(Version, versions):
+        from .errors import InvalidOptionError
+
+        raise InvalidOptionError(f"{low} and {high} must both be released transformers versions", "run loadguard matrix without --bisect to see what installs")
+    versions = [v for v in versions if Version(low) <= Version(v) <= Version(high)]
+    seen: dict[str, Cell] = {}
+
+    def cell(version: str) -> Cell:
+        if version not in seen:
+            seen[version] = run_cell(envs.environment(version), model, full=full, options=list(options))
+        return seen[version]
+
+    candidates = len(versions)
+    base = cell(versions[0]).verdict()
+    if cell(versions[-1]).verdict() == base:
+        return Bisection(model, low, high, None, tuple(seen.values()), candidates)
+    lo, hi = 0, len(versions) - 1  # verdict(lo) == base, verdict(hi) != base
+    while hi - lo > 1:
+        middle = (lo + hi) // 2
+        if cell(versions[middle]).status == "unavailable":  # not installable here: decide without it
+            del versions[middle]
+            hi -= 1
+            continue
+        if cell(versions[middle]).verdict() == base:
+            lo = middle
+        else:
+            hi = middle
+    return Bisection(model, low, high, versions[hi], tuple(seen.values()), candidates)
