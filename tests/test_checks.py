@@ -97,9 +97,10 @@ def test_missing_key():
 
 def test_meta_leftover():
     meta = torch.empty(3, device="meta")
-    assert checks.check_meta_leftover(entry(meta), offloaded=False).status == "on_meta"
-    assert checks.check_meta_leftover(entry(meta), offloaded=True).status == "unverifiable"
-    assert checks.check_meta_leftover(entry(torch.zeros(3)), offloaded=False) is None
+    assert checks.check_meta_leftover(entry(meta)).status == "on_meta"
+    finding = checks.check_meta_leftover(entry(meta), offloaded="offloaded by accelerate but absent from its weights map")
+    assert finding.status == "unverifiable" and "absent from its weights map" in finding.detail
+    assert checks.check_meta_leftover(entry(torch.zeros(3))) is None
 
 
 def test_failing_statuses():

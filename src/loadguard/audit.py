@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -80,17 +81,11 @@ def _resolve_reference(model: nn.Module, reference: Any) -> tuple[Reference | No
     raise ValueError(f"reference must be 'auto', None or a Reference, not {reference!r}")
 
 
-def _offloaded_names(model: nn.Module) -> set[str]:
-    """Tensors accelerate keeps on meta on purpose (cpu/disk offload via its hooks)."""
-    names: set[str] = set()
-    for module_name, module in model.named_modules():
-        hook = getattr(module, "_hf_hook", None)
-        weights_map = getattr(hook, "weights_map", None) if hook is not None else None
-        if weights_map is None or not getattr(hook, "offload", False):
-            continue
-        for attribute in list(module._parameters) + list(module._buffers):
-            names.add(f"{module_name}.{attribute}" if module_name else attribute)
-    return names
+def _offloaded(finding: Finding, offload) -> Finding:
+    import dataclasses
+
+    where = offload.where(finding.tensor)
+    return dataclasses.replace(finding, device=f"offloaded ({where})", detail=f"{finding.detail} (as accelerate's hook loads it from {where})")
 
 
 def _untouched(pages: PageOracle, checkpoint: Checkpoint, key: str, loaded: torch.Tensor) -> bool:
@@ -116,25 +111,31 @@ def _summary(check: Check, checked: int, findings: list[Finding], reason: str = 
     )
 
 
-def meta_leftovers(inventory: Inventory, offloaded: set[str] = frozenset(), skip: set[str] = frozenset()) -> tuple[list[Finding], CheckSummary]:
-    """Tensors still on meta (``skip``: names a scan loads, which stay meta there on purpose)."""
+def meta_leftovers(inventory: Inventory, offloaded: dict[str, str] | None = None, skip: set[str] = frozenset()) -> tuple[list[Finding], CheckSummary]:
+    """Tensors still on meta. ``skip``: names whose value is elsewhere on purpose (accelerate's offload, verified
+    from there; a scan's loaded tensors); ``offloaded``: offloaded names with no value anywhere, and why."""
+    offloaded = offloaded or {}
     entries = [e for e in inventory if e.name not in skip]
-    found = [f for e in entries if (f := checks.check_meta_leftover(e, e.name in offloaded)) is not None]
+    found = [f for e in entries if (f := checks.check_meta_leftover(e, offloaded.get(e.name))) is not None]
     return found, _summary(Check.META_LEFTOVER, len(entries), found)
 
 
-def computed_state(inventory: Inventory, ref: Reference | None, ref_reason: str, on_meta: set[str]) -> tuple[list[Finding], CheckSummary]:
-    """Every non-persistent buffer and tensor attribute (each alias) against what the model's code computes."""
+def computed_state(
+    inventory: Inventory, ref: Reference | None, ref_reason: str, on_meta: set[str], value: Callable[[str], torch.Tensor] | None = None
+) -> tuple[list[Finding], CheckSummary]:
+    """Every non-persistent buffer and tensor attribute (each alias) against what the model's code computes.
+    ``value(name)``: where a tensor's value is read (default: the module's own)."""
+    value = value or inventory.tensor
     entries = [e for e in inventory.non_persistent_buffers if e.name not in on_meta]
     found: list[Finding] = []
     with torch.no_grad():
         for entry in entries:
             if ref is None:
-                value, why = None, f"the reference could not be built ({ref_reason})"
+                expected, why = None, f"the reference could not be built ({ref_reason})"
             else:
-                value = ref.values.get(entry.name)
+                expected = ref.values.get(entry.name)
                 why = ref.unverifiable.get(entry.name, f"the model's code does not create this {entry.kind}")
-            finding = checks.check_non_persistent_buffer(entry, inventory.tensor(entry.name), value, why)
+            finding = checks.check_non_persistent_buffer(entry, value(entry.name), expected, why)
             if finding is not None:
                 found.append(finding)
     reason = "" if ref is not None else f"no reference: {ref_reason}; only NaN/Inf/INT_MAX were looked for"
@@ -164,16 +165,22 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         report = loadguard.audit(model)
         assert report.ok, [f.tensor for f in report.failures]
     """
+    from .offload import Offloaded
+
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     inventory = Inventory(model)
-    offloaded = _offloaded_names(model)
+    offload = Offloaded(model)  # what accelerate's hooks will load: verified as they will load it, one at a time
+
+    def value(name: str) -> torch.Tensor:
+        return offload.value(name) if name in offload else inventory.tensor(name)
+
     findings: list[Finding] = []
     summaries: list[CheckSummary] = []
     seconds["inventory"] = time.perf_counter() - start
 
     # meta leftovers first: a tensor with no value is reported once, here, and skipped below
-    meta_findings, summary = meta_leftovers(inventory, offloaded)
+    meta_findings, summary = meta_leftovers(inventory, offload.missing, skip=set(offload))
     findings += meta_findings
     on_meta = {f.tensor for f in meta_findings}
     summaries.append(summary)
@@ -183,7 +190,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
     ref, ref_reason = _resolve_reference(model, reference)
     seconds["reference"] = time.perf_counter() - start
     start = time.perf_counter()
-    np_findings, summary = computed_state(inventory, ref, ref_reason, on_meta)
+    np_findings, summary = computed_state(inventory, ref, ref_reason, on_meta, value)
     findings += np_findings
     summaries.append(summary)
     seconds["buffers"] = time.perf_counter() - start
@@ -204,7 +211,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         proven = 0
         with torch.no_grad():
             for entry in state_entries:
-                loaded = inventory.tensor(entry.name)
+                loaded = value(entry.name)  # an offloaded one: read now, compared, dropped
                 key = key_map.to_checkpoint.get(entry.name)
                 if key is not None:
                     if _untouched(pages, ckpt, key, loaded):
@@ -226,10 +233,13 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
             notes.append(f"{proven} proven unmodified from the memory map's page state, the rest compared")
         if key_map.unexpected:
             notes.append(f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model")
+        if len(offload):
+            notes.append(f"{len(offload)} offloaded by accelerate, verified as its hooks load them")
         summaries.append(_summary(Check.CHECKPOINT_FIDELITY, compared, fidelity, "; ".join(notes)))
         summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
     seconds["checkpoint"] = time.perf_counter() - start
 
+    findings = [_offloaded(f, offload) if f.tensor in offload else f for f in findings]
     return AuditReport(
         model=_model_name(model),
         model_class=type(model).__name__,

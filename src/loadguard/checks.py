@@ -139,12 +139,13 @@ def _describe_difference(loaded: torch.Tensor, expected: torch.Tensor) -> tuple[
 # The checks
 
 
-def check_meta_leftover(entry: TensorEntry, offloaded: bool) -> Finding | None:
-    """A tensor still on the meta device that accelerate did not offload on purpose."""
+def check_meta_leftover(entry: TensorEntry, offloaded: str | None = None) -> Finding | None:
+    """A tensor still on the meta device. ``offloaded``: why an offloaded tensor could not be verified (it is
+    reported, but only a tensor with no value anywhere fails)."""
     if not entry.on_meta:
         return None
     if offloaded:
-        return _finding(entry, Check.META_LEFTOVER, Status.UNVERIFIABLE, "offloaded by accelerate on purpose (loaded by its hooks at run time)")
+        return _finding(entry, Check.META_LEFTOVER, Status.UNVERIFIABLE, offloaded)
     return _finding(entry, Check.META_LEFTOVER, Status.ON_META, "still on the meta device: it has no value at all")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import InvalidOptionError, LoadguardError
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
     reason = ""
     steps = [
         [uv, "venv", str(folder), "--python", sys.executable, "--quiet"],
-        [uv, "pip", "install", "--python", str(folder / "bin" / "python"), "--quiet", f"transformers=={version}"],
+        # bytecode compiled at install: cells start without compiling transformers (PYTHONDONTWRITEBYTECODE may be set)
+        [uv, "pip", "install", "--python", str(folder / "bin" / "python"), "--quiet", "--compile-bytecode", f"transformers=={version}"],
     ]
     for command in steps:
         result = subprocess.run(command, capture_output=True, text=True, timeout=900)

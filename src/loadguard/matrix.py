@@ -112,26 +112,92 @@ def _options(trust_remote_code: bool, workarounds: Sequence[str], workaround_fil
     return args + ([f"--keys={keys}"] if keys else [])
 
 
-def run_cell(environment: envs.Environment, model: str, *, full: bool, options: list[str]) -> Cell:
-    """One model in a fresh interpreter of ``environment``; its JSON, as the CLI writes it."""
-    if not environment.ok:
-        return Cell(model, environment.version, "unavailable", error=environment.reason)
-    start = time.perf_counter()
-    verb = ["audit", model, "--format", "json"] if full else ["scan", model, "--format", "json"]
+def applicable(model: str, workarounds: Sequence[str], workaround_files: Sequence[str] = ()) -> list[str]:
+    """The named workarounds that apply to ``model`` (read from its local config.json; all of them for a Hub id):
+    a matrix asks one list of every model, and one that does not apply is "not applicable", not an error."""
+    from pathlib import Path
+
+    from . import workarounds as registry
+
+    for file in workaround_files:
+        registry.load_file(file)
+    config_file = Path(model) / "config.json"
+    if not config_file.is_file():
+        return list(workarounds)
+    try:
+        config = json.loads(config_file.read_text())
+    except ValueError:
+        return list(workarounds)
+    return [w for w in workarounds if w == registry.AUTO or registry.get(w).applies(config)]
+
+
+class _Worker:
+    """``python -m loadguard._cells`` in one environment: imports torch and transformers once, then runs each
+    cell in a child forked for it alone (see :mod:`loadguard._cells`)."""
+
+    def __init__(self, environment: envs.Environment):
+        import tempfile
+
+        self.environment = environment
+        self._stderr = tempfile.TemporaryFile("w+")
+        self.process = subprocess.Popen(
+            [str(environment.python), "-m", "loadguard._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True
+        )
+        ready = self.process.stdout.readline()
+        if not ready.strip():
+            self._stderr.seek(0)
+            lines = [line for line in self._stderr.read().splitlines() if line.strip()]
+            raise RuntimeError(lines[-1] if lines else "the cell worker did not start")
+
+    def run(self, arguments: list[str]) -> dict:
+        self.process.stdin.write(json.dumps(arguments) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self._stderr.close()
+
+
+def _arguments(model: str, full: bool, options: list[str]) -> list[str]:
     if full:
-        options = [o for o in options if not o.startswith("--keys")]
-    result = subprocess.run([str(environment.python), "-m", "loadguard", *verb, *options], capture_output=True, text=True, timeout=1800)
-    seconds = time.perf_counter() - start
-    if result.returncode in (0, 1) and result.stdout.strip():
-        document = json.loads(result.stdout.strip().splitlines()[0] if not full else result.stdout)
+        return ["audit", model, "--format", "json", *(o for o in options if not o.startswith("--keys"))]
+    return ["scan", model, "--format", "json", *options]
+
+
+def _cell(model: str, version: str, full: bool, result: dict, seconds: float) -> Cell:
+    """A cell from a command's exit code and output."""
+    if result["returncode"] in (0, 1) and result["stdout"].strip():
+        document = json.loads(result["stdout"] if full else result["stdout"].strip().splitlines()[0])
         if not full and not document.get("scanned", True):
-            return Cell(model, environment.version, "error", None, document["error"], document["hint"], seconds)
+            return Cell(model, version, "error", None, document["error"], document["hint"], seconds)
         clean = not [f for f in document["findings"] if f["status"] in FAILING]
-        return Cell(model, environment.version, "clean" if clean else "findings", document, seconds=seconds)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    error = next((line[len("Error: "):] for line in lines if line.startswith("Error: ")), lines[-1] if lines else f"exit {result.returncode}")
+        return Cell(model, version, "clean" if clean else "findings", document, seconds=seconds)
+    lines = [line for line in result["stderr"].splitlines() if line.strip()]
+    error = next((line[len("Error: "):] for line in lines if line.startswith("Error: ")), lines[-1] if lines else f"exit {result['returncode']}")
     hint = next((line[len("Hint: "):] for line in lines if line.startswith("Hint: ")), "")
-    return Cell(model, environment.version, "error", None, error, hint, seconds)
+    return Cell(model, version, "error", None, error, hint, seconds)
+
+
+def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], full: bool) -> list[Cell]:
+    """Cells ``(model, options)`` of one environment, through one worker."""
+    if not environment.ok:
+        return [Cell(model, environment.version, "unavailable", error=environment.reason) for model, _ in cells]
+    try:
+        worker = _Worker(environment)
+    except RuntimeError as error:
+        return [Cell(model, environment.version, "unavailable", error=f"the environment does not start: {error}") for model, _ in cells]
+    out = []
+    try:
+        for model, options in cells:
+            start = time.perf_counter()
+            result = worker.run(_arguments(model, full, options))
+            out.append(_cell(model, environment.version, full, result, time.perf_counter() - start))
+    finally:
+        worker.close()
+    return out
 
 
 def run(
@@ -146,19 +212,22 @@ def run(
     keys: str = "auto",
     jobs: int = 1,
 ) -> Matrix:
-    """Every model under every version; environments created (or reused) first, cells ``jobs`` at a time."""
+    """Every model under every version; environments created (or reused) first, then each environment's cells
+    through its worker, ``jobs`` environments at a time."""
     start = time.perf_counter()
     environments = [envs.environment(v) for v in versions]
     built = time.perf_counter() - start
-    options = _options(trust_remote_code, workarounds, workaround_files, auto_class, "" if full else keys)
-    pairs = [(e, m) for m in models for e in environments]
+    per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each cell is a subprocess: threads only wait
-        cells = list(pool.map(lambda pair: run_cell(pair[0], pair[1], full=full, options=options), pairs))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # the work is in subprocesses: threads only wait
+        results = list(pool.map(lambda e: _run_in(e, [(m, per_model[m]) for m in models], full), environments))
+    by_pair = {(c.model, c.transformers): c for cells in results for c in cells}
+    cells = [by_pair[(m, e.version)] for m in models for e in environments]
     names = tuple(w for w in workarounds if w != "auto")
+    elapsed = time.perf_counter() - start
     return Matrix(
         tuple(models), tuple(versions), tuple(cells), tuple(environments), names, "audit" if full else "scan",
-        {"environments": built, "cells": time.perf_counter() - start, "per_cell": (time.perf_counter() - start) / max(1, len(cells))},
+        {"environments": built, "cells": elapsed, "per_cell": elapsed / max(1, len(cells))},
     )
 
 
@@ -198,7 +267,7 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
 
     def cell(version: str) -> Cell:
         if version not in seen:
-            seen[version] = run_cell(envs.environment(version), model, full=full, options=list(options))
+            seen[version] = _run_in(envs.environment(version), [(model, list(options))], full)[0]
         return seen[version]
 
     candidates = len(versions)

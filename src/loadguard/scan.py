@@ -148,6 +148,7 @@ def scan(
     finally:
         _observers.inside_load.reset(token)
     registry.remember(model, outcomes)
+    model.config._name_or_path = str(source.folder) if source.folder is not None else source.name  # from_pretrained(None) cleared it
     seconds["load"] = time.perf_counter() - start
     report = _predict(model, source, mode, record, seconds)
     later = registry.predict_after_load(model, registry.resolve(workarounds), report)

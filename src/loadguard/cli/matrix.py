@@ -32,7 +32,11 @@ def _cell_text(cell) -> str:
         return f"could not scan: {cell.error}"
     if cell.status == "clean":
         return "clean"
-    return ", ".join(collapse_names(f"{f['tensor']} ({f['status']})" for f in cell.report["findings"] if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")))
+    failing = [f for f in cell.report["findings"] if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")]
+    names = collapse_names(f"{f['tensor']} ({f['status']})" for f in failing)
+    if len(names) > 4:
+        return ", ".join(names[:3]) + f" and {len(names) - 3} more ({len(failing)} tensors)"
+    return ", ".join(names)
 
 
 def _markdown(matrix) -> str:

@@ -1,0 +1,61 @@
+"""A matrix environment's cell worker: ``python -m loadguard._cells`` inside one transformers version's env.
+
+It imports torch, transformers and loadguard once, then runs each cell it is sent (a ``loadguard`` command line,
+one JSON list per line on stdin) in a child forked for that cell alone: the child has imported no model's code,
+runs the command, and exits, so one model's remote code cannot leak into the next cell, while a cell costs its
+scan, not another 5-7 s of importing torch and transformers. Each result is one JSON line on stdout:
+``{"returncode": int, "stdout": str, "stderr": str}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+
+def _run(arguments: list[str]) -> dict:
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:  # the cell: its own process, fresh of any model code
+            code = 2
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout = os.fdopen(1, "w", closefd=False)
+                sys.stderr = os.fdopen(2, "w", closefd=False)
+                from loadguard.cli import main
+
+                try:
+                    main(arguments)
+                except SystemExit as exit_:
+                    code = exit_.code if isinstance(exit_.code, int) else 0
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return {"returncode": os.waitstatus_to_exitcode(status), "stdout": out.read(), "stderr": err.read()}
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import torch  # noqa: F401  (loaded once, before any fork)
+    import transformers  # noqa: F401
+    from transformers import PreTrainedModel  # noqa: F401
+
+    import loadguard.cli.audit  # noqa: F401
+    import loadguard.cli.scan  # noqa: F401
+    import loadguard.scan  # noqa: F401
+
+    print(json.dumps({"ready": transformers.__version__}), flush=True)
+    for line in sys.stdin:
+        if line.strip():
+            print(json.dumps(_run(json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

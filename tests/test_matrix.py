@@ -1,0 +1,98 @@
+"""loadguard matrix: per-version environments (uv, cached, torch shared), cells in fresh processes, bisect."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from loadguard import envs
+from loadguard import matrix as matrix_module
+
+from .conftest import TRANSFORMERS_VERSION
+
+V4, V5 = "4.57.6", "5.24.0"  # the two lines this project pins (constraints-compat.txt, constraints.txt)
+
+
+def test_specifiers_expand_to_released_versions_spread_evenly(monkeypatch):
+    offered = ["5.25.0", "5.24.0", "5.23.0rc1", "5.12.0", "5.3.0", "5.0.0", "4.57.6", "4.57.1", "4.0.0"]
+    monkeypatch.setattr(envs, "_index_versions", lambda: offered)
+    assert envs.released_versions(">=5,<5.25") == ["5.0.0", "5.3.0", "5.12.0", "5.24.0"]  # no pre-release, no 5.25
+    assert envs.released_versions(">=5,<5.25", max_versions=2) == ["5.0.0", "5.24.0"]
+    assert envs.released_versions(">=5,<5.25", max_versions=3) == ["5.0.0", "5.12.0", "5.24.0"]
+    with pytest.raises(Exception, match="neither a version nor a version specifier"):
+        envs.released_versions("five")
+
+
+def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch):
+    versions = [V4] + [f"5.{minor}.0" for minor in range(25)]
+    monkeypatch.setattr(envs, "released_versions", lambda spec, max_versions=None: list(versions))
+    monkeypatch.setattr(envs, "environment", lambda version: envs.Environment(version, envs.cache_root(), ok=version != "5.7.0", reason="no wheel"))
+    ran = []
+
+    def fake_run_in(environment, cells, full):
+        ran.append(environment.version)
+        if not environment.ok:
+            return [matrix_module.Cell(cells[0][0], environment.version, "unavailable", error=environment.reason)]
+        broken = environment.version != V4 and int(environment.version.split(".")[1]) >= 9
+        report = {"findings": [{"tensor": "resampler.pos_embed", "status": "uninitialized"}] if broken else [], "workarounds": []}
+        return [matrix_module.Cell(cells[0][0], environment.version, "findings" if broken else "clean", report)]
+
+    monkeypatch.setattr(matrix_module, "_run_in", fake_run_in)
+    result = matrix_module.bisect("m", V4, "5.24.0")
+    assert result.first_changed == "5.9.0" and result.candidates == 26
+    assert len(ran) <= 2 + 6 and len(set(ran)) == len(ran)  # about log2(26) cells, none twice
+    monkeypatch.setattr(matrix_module, "_run_in", lambda environment, cells, full: [matrix_module.Cell("m", environment.version, "clean", {"findings": []})])
+    assert matrix_module.bisect("m", V4, "5.24.0").first_changed is None
+
+
+@pytest.fixture(scope="session")
+def environment_cache(tmp_path_factory):
+    """Environments for the two pinned lines, created once per test session in a cache of its own."""
+    cache = tmp_path_factory.mktemp("loadguard-cache")
+    previous = os.environ.get("LOADGUARD_CACHE")
+    os.environ["LOADGUARD_CACHE"] = str(cache)
+    try:
+        created = [envs.environment(v) for v in (V4, V5)]
+    finally:
+        if previous is None:
+            os.environ.pop("LOADGUARD_CACHE")
+        else:
+            os.environ["LOADGUARD_CACHE"] = previous
+    unreachable = [e for e in created if not e.ok and any(word in e.reason.lower() for word in ("network", "dns", "connect", "resolve host", "timed out"))]
+    if unreachable:
+        pytest.skip(f"the package index cannot be reached to create the environments: {unreachable[0].reason}")
+    assert all(e.ok for e in created), [e.reason for e in created]
+    return cache
+
+
+def test_matrix_over_the_two_lines(environment_cache, zoo_folder, monkeypatch, capsys):
+    """4.57: clean; 5.x: pos_embed broken for minicpmv_like, clean for the fixed one; minicpmv-pos-cache not needed
+    (stale) on 4.57, needed on 5.x for the first, stale for the second; a version that cannot be installed is a
+    column saying why."""
+    from loadguard.cli import main
+
+    monkeypatch.setenv("LOADGUARD_CACHE", str(environment_cache))
+    broken, fixed = str(zoo_folder("minicpmv_like")), str(zoo_folder("minicpmv_like_fixed"))
+    args = ["matrix", broken, fixed, "--transformers", f"{V4},{V5},99.0.0", "--trust-remote-code", "--workaround", "auto",
+            "--workaround", "minicpmv-pos-cache", "--format", "json", "--jobs", "2"]
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    document = json.loads(capsys.readouterr().out)
+    assert info.value.code == 1
+    cells = {(c["model"], c["transformers"]): c for c in document["cells"]}
+    assert cells[(broken, V4)]["verdict"] == "clean" and cells[(fixed, V4)]["verdict"] == "clean"
+    assert cells[(broken, V5)]["verdict"] == "resampler.pos_embed (uninitialized)"
+    assert cells[(fixed, V5)]["verdict"] == "clean"
+    assert cells[(broken, "99.0.0")]["status"] == "unavailable" and cells[(broken, "99.0.0")]["error"]
+    report = cells[(broken, V5)]["report"]  # the scan's own schema, per cell: two matrices can be diffed
+    assert report["mode"] == "scan" and report["versions"]["transformers"] == V5 and report["findings"][0]["predicted"] is True
+    assert cells[(broken, V4)]["report"]["versions"]["transformers"] == V4
+    rows = {row["model"]: row["transformers"] for row in document["workarounds"] if row["workaround"] == "minicpmv-pos-cache"}
+    assert rows[broken] == {V4: "stale", V5: "needed", "99.0.0": "unknown"}
+    assert rows[fixed] == {V4: "stale", V5: "stale", "99.0.0": "unknown"}
+    environments = {e["transformers"]: e for e in document["environments"]}
+    assert environments[V4]["ok"] and environments[V5]["ok"] and not environments["99.0.0"]["ok"]
+    assert environments[V4]["created"] is False  # made once for the session, reused here
+    assert TRANSFORMERS_VERSION  # the running interpreter's own transformers is untouched by all this
