@@ -18,7 +18,7 @@ PYTHON_BLOCKS = re.findall(r"<!-- readme-test: path=(\w+) -->\n```python\n(.*?)`
 
 
 def test_every_python_block_is_run():
-    assert len(PYTHON_BLOCKS) == README.count("```python") == 3
+    assert len(PYTHON_BLOCKS) == README.count("```python") == 4
 
 
 @pytest.fixture(scope="module")

@@ -136,14 +136,24 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     except LoadguardError:
         raise
     except Exception as error:
-        raise translate(error, path, active_workarounds) from error
+        raise translate(error, path, active_workarounds, device_map=kwargs.get("device_map")) from error
 
 
-def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = ()) -> LoadguardError:
+def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = (), device_map: Any = None) -> LoadguardError:
     """Say what a failed ``from_pretrained`` (or construction) means and what to do about it."""
+    import transformers
+
     from . import workarounds as registry
 
     text = str(error).split("\n")[0]
+    if device_map is not None and "is on the meta device, we need a `value` to put in on" in text:
+        layout = device_map if isinstance(device_map, str) else ", ".join(f"{k or '(root)'}: {v}" for k, v in device_map.items())
+        return LoadguardError(
+            f"transformers {transformers.__version__} cannot load {path} with this device_map ({layout}): a limitation of "
+            f"its dispatch, not of the model ({text})",
+            "give every top-level module its own device (no '' entry next to per-module entries), or use "
+            "--device-map auto with --max-memory",
+        )
     frame = _remote_code_frame(error)
     matched = [w.name for w in registry.matching(error)]
     if frame is not None or matched:

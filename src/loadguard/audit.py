@@ -213,7 +213,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
             for entry in state_entries:
                 loaded = value(entry.name)  # an offloaded one: read now, compared, dropped
                 key = key_map.to_checkpoint.get(entry.name)
-                if key is not None:
+                if key is not None and checks.is_quantized(loaded):
+                    fidelity.append(checks.check_quantized(entry, loaded, key))
+                elif key is not None:
                     if _untouched(pages, ckpt, key, loaded):
                         proven += 1  # the very bytes of the file, never written since: equal without reading
                         continue

@@ -167,15 +167,34 @@ def check_non_persistent_buffer(
     return _finding(entry, Check.NON_PERSISTENT_BUFFER, status, detail, max_abs_diff(loaded, expected))
 
 
+# Elements per slice when the checkpoint's dtype or device differs from the loaded tensor's: the cast (and the
+# copy to the tensor's device) is made a slice at a time, so no full-size temporary is ever allocated.
+CHUNK = 1 << 22
+
+
+def equal_after_cast(loaded: torch.Tensor, stored: torch.Tensor) -> bool:
+    """``torch.equal(loaded, stored.to(loaded.dtype, loaded.device))`` without materializing the cast: slice by
+    slice (a contiguous loaded tensor), each cast where ``loaded`` lives."""
+    if stored.dtype == loaded.dtype and stored.device == loaded.device:
+        return torch.equal(loaded, stored)
+    if not (loaded.is_contiguous() and stored.is_contiguous()):
+        return torch.equal(loaded, stored.to(device=loaded.device, dtype=loaded.dtype))
+    flat_loaded, flat_stored = loaded.reshape(-1), stored.reshape(-1)
+    for start in range(0, flat_loaded.numel(), CHUNK):
+        piece = flat_stored[start : start + CHUNK].to(device=loaded.device, dtype=loaded.dtype)
+        if not torch.equal(flat_loaded[start : start + CHUNK], piece):
+            return False
+    return True
+
+
 def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str) -> Finding | None:
-    """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality."""
+    """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality. The common
+    case (equal) streams: see :func:`equal_after_cast`; only a tensor that differs is looked at in full."""
     if tuple(stored.shape) != tuple(loaded.shape):
         return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.MISMATCH, f"shape {tuple(loaded.shape)}, checkpoint {key!r} has {tuple(stored.shape)}")
-    expected = stored.to(dtype=loaded.dtype) if stored.dtype != loaded.dtype else stored
-    if loaded.device.type != "cpu":
-        expected = expected.to(loaded.device)
-    if torch.equal(loaded, expected):
+    if equal_after_cast(loaded, stored):
         return None
+    expected = stored.to(device=loaded.device, dtype=loaded.dtype)
     if loaded.dtype.is_floating_point and bool((torch.isnan(loaded) == torch.isnan(expected)).all()) and torch.equal(
         torch.nan_to_num(loaded), torch.nan_to_num(expected)
     ):
@@ -191,6 +210,21 @@ def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: 
         Status.OVERWRITTEN,
         f"{differing} of {loaded.numel()} values differ from checkpoint {key!r}: overwritten after loading",
         diff,
+    )
+
+
+def is_quantized(tensor: torch.Tensor) -> bool:
+    """A tensor a quantizer replaced on load (torchao, bitsandbytes, quanto keep their own tensor classes)."""
+    return type(tensor) not in (torch.Tensor, torch.nn.Parameter) and type(tensor).__name__ != "Weightless"
+
+
+def check_quantized(entry: TensorEntry, tensor: torch.Tensor, key: str) -> Finding:
+    """A weight stored quantized: its values are a quantization of the checkpoint's, not the checkpoint's."""
+    return _finding(
+        entry,
+        Check.CHECKPOINT_FIDELITY,
+        Status.UNVERIFIABLE,
+        f"quantized on load ({type(tensor).__name__}): holds a quantization of checkpoint {key!r}, not its values; not compared",
     )
 
 

@@ -18,6 +18,7 @@ class _Plan:
     names: tuple[str, ...]  # every name that gets ``value`` (aliases share one tensor)
     value: torch.Tensor
     in_place: bool  # copy into the existing tensor (keeps parameters, ties and optimizer references)
+    offloaded: bool = False  # held by accelerate's offload hook: the value goes where the hook reads it
 
 
 def repair(model: nn.Module, report: AuditReport) -> RepairResult:
@@ -28,7 +29,9 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
       buffer left on meta is re-pointed to the real one;
     - weights that differ from the checkpoint (overwritten, uninitialized): the checkpoint's value,
       copied in place so parameters, tied weights and references to them stay the same objects;
-    - tensors left on meta: the checkpoint's or the reference's value, on the model's device.
+    - tensors left on meta: the checkpoint's or the reference's value, on the model's device;
+    - tensors accelerate offloads (cpu or disk): the right value where its hook reads it, in memory (the offload
+      folder and the checkpoint are never written), so the model computes with it from the next forward on.
 
     All new values are computed before any is assigned: if one cannot be computed nothing changes.
     What has no value anywhere (a parameter missing from the checkpoint) is listed in ``unrepaired``
@@ -44,7 +47,10 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
     reference = context.reference if context is not None else None
     checkpoint = context.checkpoint if context is not None else None
     key_map = context.key_map if context is not None else None
+    from .offload import Offloaded
+
     inventory = Inventory(model)
+    offload = Offloaded(model)
     device = _model_device(inventory)
     plans: list[_Plan] = []
     unrepaired: list[Unrepaired] = []
@@ -59,7 +65,11 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
                 continue
             entry = inventory[name]
             current = inventory.tensor(name)
-            target_device = device if entry.on_meta else current.device
+            offloaded = name in offload
+            if offloaded and (why := offload.can_replace(name)):
+                unrepaired.append(Unrepaired(name, why))
+                continue
+            target_device = torch.device("cpu") if offloaded else (device if entry.on_meta else current.device)
             key = key_map.to_checkpoint.get(name) if key_map is not None else None
             if entry.persistent and key is not None and checkpoint is not None:
                 stored = checkpoint.get(key)
@@ -68,7 +78,7 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
                     continue
                 value = stored.to(device=target_device, dtype=current.dtype, copy=True)
                 group = tuple(inventory.aliases(name))
-                plans.append(_Plan(group, value, in_place=not entry.on_meta))
+                plans.append(_Plan(group, value, in_place=not entry.on_meta, offloaded=offloaded))
                 planned.update(group)
             elif reference is not None and name in reference.values:
                 group = tuple(n for n in reference.group(name) if n in inventory)
@@ -76,12 +86,16 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
                 loaded_dtypes = {inventory.tensor(n).dtype for n in group}
                 dtype = current.dtype if len(loaded_dtypes) == 1 else source.dtype
                 value = source.to(device=target_device, dtype=dtype, copy=True)
-                plans.append(_Plan(group, value, in_place=False))
+                plans.append(_Plan(group, value, in_place=False, offloaded=offloaded))
                 planned.update(group)
             else:
                 unrepaired.append(Unrepaired(name, _why_not(finding.check, name, reference, checkpoint)))
         for plan in plans:  # assign only once every value exists
-            _assign(model, inventory, plan)
+            if plan.offloaded:
+                for name in plan.names:
+                    offload.replace(name, plan.value)
+            else:
+                _assign(model, inventory, plan)
     after = audit(model, checkpoint if checkpoint is not None else False, reference=reference)
     repaired = tuple(name for plan in plans for name in plan.names)
     return RepairResult(repaired=repaired, unrepaired=tuple(unrepaired), before=report, after=after)

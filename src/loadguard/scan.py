@@ -73,6 +73,9 @@ def scan(
     workarounds: Any = (),
     trust_remote_code: bool = False,
     revision: str | None = None,
+    device_map: Any = None,
+    max_memory: dict | None = None,
+    offload_folder: Any = None,
 ) -> AuditReport:
     """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model.
 
@@ -90,6 +93,10 @@ def scan(
             ``runner`` ones have nothing to act on in a scan and are left out.
         trust_remote_code: run the model's own code (never implied).
 
+        device_map, max_memory, offload_folder: as ``from_pretrained`` takes them; a scan predicts a load on one
+            device (``None``, ``"cpu"``): offloading changes what initialization can touch and is not simulated
+            (:class:`loadguard.errors.ScanError` says so; audit a full load with the same options instead).
+
     Returns an :class:`loadguard.AuditReport` with ``mode == "scan"``; each finding has ``predicted=True``.
 
     Example::
@@ -99,6 +106,12 @@ def scan(
     """
     if keys not in KEYS:
         raise InvalidOptionError(f"keys={keys!r} is not a key source", f"use one of: {', '.join(KEYS)}")
+    if device_map not in (None, "cpu", {"": "cpu"}) or max_memory or offload_folder:
+        raise ScanError(
+            f"a scan predicts a load on one device; device_map={device_map!r}{' with max_memory' if max_memory else ''}"
+            f"{' and an offload folder' if offload_folder else ''} (offloading) is not simulated",
+            "audit a full load with the same options: loadguard audit PATH --device-map ... (offloaded tensors are verified there)",
+        )
     start = time.perf_counter()
     source = _source(path_or_config, trust_remote_code, revision, header=keys != "complete")
     if keys == "header" and source.header is None:

@@ -96,8 +96,43 @@ def workarounds_from_option(expose: bool = False):
     )
 
 
+def parse_placement(device_map: str | None, max_memory: str | None, offload_folder: str | None) -> dict[str, Any]:
+    """``--device-map auto|cpu|cuda|JSON``, ``--max-memory cpu=20GiB,0=10GiB`` (or JSON), ``--offload-folder``
+    as ``from_pretrained`` keyword arguments."""
+    import json
+
+    from ..errors import InvalidOptionError
+
+    out: dict[str, Any] = {}
+    if device_map:
+        text = device_map.strip()
+        if text.startswith("{"):
+            try:
+                out["device_map"] = json.loads(text)
+            except ValueError as error:
+                raise InvalidOptionError(f"--device-map {text!r} is not valid JSON ({error})", 'e.g. --device-map \'{"model.layers.1": "disk", "lm_head": "cpu"}\'') from None
+        else:
+            out["device_map"] = text
+    if max_memory:
+        text = max_memory.strip()
+        try:
+            parsed = json.loads(text) if text.startswith("{") else dict(item.split("=", 1) for item in text.split(","))
+        except ValueError:
+            raise InvalidOptionError(f"--max-memory {text!r} is not DEVICE=SIZE,...", "e.g. --max-memory cpu=20GiB,0=10GiB") from None
+        out["max_memory"] = {int(k) if str(k).isdigit() else k: v for k, v in parsed.items()}
+    if offload_folder:
+        out["offload_folder"] = offload_folder
+    return out
+
+
 def loading_options(command):
-    """The options every command that loads a model takes, the way ``from_pretrained`` spells them."""
+    """The options every command that loads a model takes, the way ``from_pretrained`` spells them. The placement
+    ones (``--device-map``, ``--max-memory``, ``--offload-folder``) reach the command as one ``placement`` dict."""
+
+    @functools.wraps(command)
+    def with_placement(*args, device_map=None, max_memory=None, offload_folder=None, **kwargs):
+        return command(*args, placement=parse_placement(device_map, max_memory, offload_folder), **kwargs)
+
     options = [
         click.argument("path"),
         click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first)."),
@@ -111,24 +146,39 @@ def loading_options(command):
         ),
         workarounds_from_option(),
         click.option("--strict-stale", is_flag=True, help="A workaround that is no longer needed is an error."),
+        click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="from_pretrained's device_map: auto, cpu, cuda, or a JSON module->device map (\"disk\" offloads)."),
+        click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="from_pretrained's max_memory, e.g. cpu=20GiB,0=10GiB."),
+        click.option("--offload-folder", default=None, metavar="DIR", help="Where accelerate offloads to disk (loadguard never writes the model's folder)."),
     ]
     for option in reversed(options):
-        command = option(command)
-    return command
+        with_placement = option(with_placement)
+    return with_placement
 
 
 def load_model(
-    path: str, *, trust_remote_code: bool, auto_class: str | None, dtype: str, device: str, poison: bool, workarounds=(), strict_stale: bool = False
+    path: str,
+    *,
+    trust_remote_code: bool,
+    auto_class: str | None,
+    dtype: str,
+    device: str,
+    poison: bool,
+    workarounds=(),
+    strict_stale: bool = False,
+    placement: dict | None = None,
 ):
     """Load as a user would, with a progress indicator; every failure is a typed LoadguardError.
 
     Returns (model, outcomes of the before_import workarounds among ``workarounds``)."""
     from .. import _hf
+    from ..errors import InvalidOptionError
     from ..load import load_unaudited
 
     _hf.check_device(device)
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": dtype}
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": dtype, **(placement or {})}
     if device not in ("cpu", None):
+        if "device_map" in kwargs:
+            raise InvalidOptionError("--device and --device-map both say where the model goes", "keep one: --device-map subsumes --device")
         kwargs["device_map"] = device
     quiet_transformers()
     with progress(f"Loading {path} with from_pretrained"):

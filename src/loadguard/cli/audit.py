@@ -11,7 +11,7 @@ from ._common import ExitCode, load_model, loading_options, stderr, stdout
 @loading_options
 @click.option("--repair", "do_repair", is_flag=True, help="Also repair in memory and say whether the result audits clean (never writes to PATH).")
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
-def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, do_repair, fmt):
+def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, fmt):
     """Load PATH with from_pretrained and report every tensor that is not what its code and checkpoint define.
 
     Exit code 0: the model as loaded is clean; 1: findings; 2: could not run.
@@ -21,7 +21,7 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     from ..render import next_step, print_report, report_json
 
     model, early = load_model(
-        path, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, poison=poison,
+        path, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, placement=placement, poison=poison,
         workarounds=workarounds, strict_stale=strict_stale,
     )
     # the model as loaded is what the exit code and `ok` describe

@@ -17,7 +17,7 @@ from ._common import ExitCode, cases_and_runner, loading_options, stderr, stdout
 @click.option("--num-logprobs", default=5, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--repair", "do_repair", is_flag=True, help="Audit and repair the from_pretrained model before generating.")
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
-def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
+def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ, 2 could not run."""
     from .. import audit, repair
@@ -26,7 +26,7 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     from ..runner import HfRunner, eager_load
 
     prompt_list, images, runner = cases_and_runner(
-        path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device,
+        path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, placement=placement,
         poison=poison, workarounds=workarounds, strict_stale=strict_stale,
     )
     model = runner.model

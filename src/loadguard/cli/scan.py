@@ -37,6 +37,7 @@ def _result(target: str, options: dict) -> dict:
             dtype=options.get("dtype"),
             workarounds=list(options.get("workarounds", ())),
             trust_remote_code=options.get("trust_remote_code", False),
+            **options.get("placement", {}),
         )
     except LoadguardError as error:
         return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes)}
@@ -119,7 +120,10 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True,
               help="json: one JSON document per model per line.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a fresh interpreter).")
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs):
+@click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="As from_pretrained's; a scan predicts a load on one device (offloading is not simulated).")
+@click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
+@click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, device_map, max_memory, offload_folder):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -127,8 +131,12 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     """
     from ..render import print_report
 
+    from ._common import parse_placement
+
     targets = _targets(paths, from_file)
+    placement = parse_placement(device_map, max_memory, offload_folder)
     options = {
+        "placement": placement,
         "trust_remote_code": trust_remote_code,
         "auto_class": auto_class,
         "dtype": dtype,

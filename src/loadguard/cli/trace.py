@@ -14,14 +14,14 @@ from ._common import ExitCode, cases_and_runner, loading_options, stdout
 @click.option("--prompt", default=None, help="Prompt for the forward pass. Default: the zoo entry's first, else a built-in one.")
 @click.option("--image", "image_paths", multiple=True, type=click.Path(dir_okay=False), help="Image(s) for the prompt (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
-def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, prompt, image_paths, fmt):
+def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompt, image_paths, fmt):
     """Report the first module whose output holds NaN/Inf, its non-finite inputs and the tensors behind it.
     Exit 0 finite, 1 non-finite found, 2 could not run."""
     from ..runner.trace import trace as run_trace
 
     prompts, images, runner = cases_and_runner(
         path, [prompt] if prompt else [], image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype,
-        device=device, poison=poison, workarounds=workarounds, strict_stale=strict_stale,
+        device=device, placement=placement, poison=poison, workarounds=workarounds, strict_stale=strict_stale,
     )
     # one greedy step through the runner: the model's own generate path, whatever its forward takes
     result = run_trace(runner.model, run=lambda: runner.generate_greedy(prompts[:1], 1, images=images[:1] if images else None))

@@ -41,6 +41,8 @@ class HfRunner:
         strict_stale: a stale workaround raises instead of being reported.
         auto_workarounds: also apply the registered ``runner``-stage workarounds that apply to this model
             (the per-model runner patches engine suites keep).
+        device_map, max_memory, offload_folder: as ``from_pretrained`` takes them (offloaded tensors are audited
+            as accelerate's hooks load them, and repaired there).
 
     ``runner.report`` is the audit of the load (None with ``audit="off"``), ``runner.repair`` the repair,
     ``runner.workarounds`` what every workaround did (also in ``runner.report.workarounds``).
@@ -65,6 +67,9 @@ class HfRunner:
         workarounds: str | Sequence[str] = (),
         strict_stale: bool = False,
         auto_workarounds: bool = True,
+        device_map: Any = None,
+        max_memory: dict | None = None,
+        offload_folder: str | os.PathLike | None = None,
     ):
         if audit not in POLICIES:
             raise InvalidOptionError(f"audit={audit!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
@@ -72,6 +77,9 @@ class HfRunner:
         self.policy = audit
         self.trust_remote_code = trust_remote_code
         kwargs = dict(model_kwargs or {})
+        for key, value in (("device_map", device_map), ("max_memory", max_memory), ("offload_folder", offload_folder)):
+            if value is not None:
+                kwargs[key] = value
         kwargs["dtype"] = _hf.parse_dtype(dtype)
         kwargs["trust_remote_code"] = trust_remote_code
         self.report: AuditReport | None = None
@@ -154,7 +162,8 @@ class HfRunner:
             batch = self.processor(text=prompt, images=list(images), return_tensors="pt")
         else:
             batch = (self.processor if self.processor is not None else self.tokenizer)(text=prompt, return_tensors="pt")
-        device = next(self.model.parameters()).device
+        # the first device that holds weights (offloaded ones stay on meta; accelerate's hooks move inputs)
+        device = next((p.device for p in self.model.parameters() if p.device.type != "meta"), torch.device("cpu"))
         return {k: _to_device(v, device) for k, v in dict(batch).items()}
 
     @staticmethod
