@@ -96,3 +96,16 @@ def test_matrix_over_the_two_lines(environment_cache, zoo_folder, monkeypatch, c
     assert environments[V4]["ok"] and environments[V5]["ok"] and not environments["99.0.0"]["ok"]
     assert environments[V4]["created"] is False  # made once for the session, reused here
     assert TRANSFORMERS_VERSION  # the running interpreter's own transformers is untouched by all this
+
+
+@pytest.mark.slow
+def test_bisect_finds_when_transformers_stopped_overwriting_every_loaded_weight(zoo_folder, environment_cache, monkeypatch):
+    """Real environments (about 7 of them): between 5.12.0 (an unguarded _init_weights overwrote every weight of
+    the custom model) and 5.24.0 (only the head whose module holds a non-persistent buffer)."""
+    monkeypatch.setenv("LOADGUARD_CACHE", str(environment_cache))
+    result = matrix_module.bisect(str(zoo_folder("overwritten")), "5.12.0", "5.24.0", options=["--trust-remote-code"])
+    assert result.first_changed is not None and len(result.cells) <= 2 + 5
+    before = next(c for c in result.cells if c.transformers == "5.12.0")
+    after = next(c for c in result.cells if c.transformers == result.first_changed)
+    assert len(before.failures) == 25 and after.failures == ["lm_head.weight"]
+    print(f"first version that overwrites only the head: {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)")

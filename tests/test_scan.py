@@ -283,3 +283,46 @@ def test_fleet_rows_json_markdown_and_exit_codes(zoo_folder, tmp_path, capsys):
     assert code == 2 and "none of the models could be scanned" in captured.err
     code, captured = run("scan", str(zoo_folder("clean")), "--trust-remote-code")
     assert code == 0 and "predicted clean" in captured.out
+
+
+def test_hub_header_mode_reads_headers_by_range_not_weights(zoo_folder, tmp_path, monkeypatch):
+    """keys='header' on a Hub id: the config and code by snapshot_download (json/py only), the keys, shapes and
+    dtypes from get_safetensors_metadata (HTTP range reads of the headers): a key the checkpoint lacks is predicted
+    missing. (No Hub here: both calls are stood in for, with what the Hub would answer.)"""
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    from loadguard.checkpoint import Checkpoint
+
+    folder = zoo_folder("missing_key")
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    for file in folder.iterdir():
+        if file.suffix in (".json", ".py"):
+            shutil.copy(file, snapshot / file.name)
+    asked = {}
+
+    def snapshot_download(repo_id, revision=None, allow_patterns=None, local_files_only=False):
+        asked["patterns"] = allow_patterns
+        return str(snapshot)
+
+    with Checkpoint.open(folder) as checkpoint:
+        names = {torch.float32: "F32", torch.int64: "I64", torch.bool: "BOOL"}
+        tensors = {k: SimpleNamespace(dtype=names[checkpoint.dtype(k)], shape=list(checkpoint.shape(k))) for k in checkpoint.keys()}
+
+    def get_safetensors_metadata(self, repo_id, revision=None):
+        asked["metadata"] = repo_id
+        return SimpleNamespace(files_metadata={"model.safetensors": SimpleNamespace(tensors=tensors)})
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(huggingface_hub.HfApi, "get_safetensors_metadata", get_safetensors_metadata)
+    report = loadguard.scan("lg-org/missing-key", trust_remote_code=True, keys="header")
+    assert asked == {"patterns": ["*.json", "*.py", "*.txt", "*.model", "*.tiktoken"], "metadata": "lg-org/missing-key"}
+    assert report.checkpoint == "lg-org/missing-key (safetensors headers)"
+    if IS_V5:
+        assert failing(report) == {"logit_scale": "uninitialized"}
+    asked.clear()
+    loadguard.scan("lg-org/missing-key", trust_remote_code=True)  # auto: a Hub id's headers only when asked for
+    assert "metadata" not in asked

@@ -88,6 +88,20 @@ def _offloaded(finding: Finding, offload) -> Finding:
     return dataclasses.replace(finding, device=f"offloaded ({where})", detail=f"{finding.detail} (as accelerate's hook loads it from {where})")
 
 
+def _same_bytes(offload, name: str, checkpoint: Checkpoint, key: str) -> bool:
+    """The offload hook reads ``name`` from the very file and tensor the checkpoint holds as ``key`` (and casts
+    it as a load would): what it loads is the checkpoint's value, without reading it."""
+    import os
+
+    source = offload.source(name)
+    where = checkpoint.location(key)
+    if source is None or where is None:
+        return False
+    file, weight_name, dtype = source
+    same_dtype = dtype is None or dtype == str(checkpoint.dtype(key)).replace("torch.", "")
+    return weight_name == key and same_dtype and os.path.realpath(file) == os.path.realpath(str(where[0]))
+
+
 def _untouched(pages: PageOracle, checkpoint: Checkpoint, key: str, loaded: torch.Tensor) -> bool:
     """The loaded tensor still is, byte for byte, the checkpoint's memory-mapped copy of ``key``."""
     where = checkpoint.location(key)
@@ -211,8 +225,11 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         proven = 0
         with torch.no_grad():
             for entry in state_entries:
-                loaded = value(entry.name)  # an offloaded one: read now, compared, dropped
                 key = key_map.to_checkpoint.get(entry.name)
+                if key is not None and entry.name in offload and _same_bytes(offload, entry.name, ckpt, key):
+                    proven += 1  # its hook reads the checkpoint's very bytes: equal without reading them
+                    continue
+                loaded = value(entry.name)  # an offloaded one: read now, compared, dropped
                 if key is not None and checks.is_quantized(loaded):
                     fidelity.append(checks.check_quantized(entry, loaded, key))
                 elif key is not None:
@@ -220,6 +237,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
                         proven += 1  # the very bytes of the file, never written since: equal without reading
                         continue
                     finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key)
+                    ckpt.release(key)  # one tensor of the file resident at a time
                     if finding is not None:
                         fidelity.append(finding)
                 elif entry.name in key_map.fused:
@@ -232,7 +250,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)
         notes = []
         if proven:
-            notes.append(f"{proven} proven unmodified from the memory map's page state, the rest compared")
+            notes.append(f"{proven} proven unmodified (the memory map's page state, or an offload hook reading the checkpoint's own bytes), the rest compared")
         if key_map.unexpected:
             notes.append(f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model")
         if len(offload):

@@ -109,6 +109,19 @@ class _SafetensorsFile:
         flat = torch.frombuffer(self._map, dtype=location.dtype, count=count, offset=location.start)
         return flat.view(location.shape)
 
+    def release(self, location: _Location) -> None:
+        """Drop the pages of ``location`` from this process's memory (re-read from the file if needed again): a
+        checkpoint compared tensor by tensor then costs one tensor of resident memory, not the whole file."""
+        if self._map is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = location.start - location.start % mmap.PAGESIZE
+        length = location.end - start
+        if length > 0:
+            try:
+                self._map.madvise(mmap.MADV_DONTNEED, start, min(length, len(self._map) - start))
+            except (OSError, ValueError):
+                pass
+
     def close(self) -> None:
         if self._map is not None:
             try:
@@ -190,6 +203,12 @@ class Checkpoint:
             return self._bin[key]
         location = self._locations[key]
         return self._safetensors[location.file].view(location)
+
+    def release(self, key: str) -> None:
+        """Give back the memory that reading ``key`` made resident (safetensors; a no-op otherwise)."""
+        if self.format == "safetensors":
+            location = self._locations[key]
+            self._safetensors[location.file].release(location)
 
     def location(self, key: str) -> tuple[Path, int, int] | None:
         """(file, first byte, end byte) of ``key`` in a safetensors file; None for other formats."""

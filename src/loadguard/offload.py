@@ -80,6 +80,18 @@ class Offloaded:
         in_memory = getattr(store, "state_dict", store if isinstance(store, dict) else {})
         return "cpu" if place.key in in_memory else "disk"
 
+    def source(self, name: str) -> tuple[str, str, str | None] | None:
+        """(safetensors file, tensor name, dtype) when the hook reads ``name`` straight from a safetensors file (how
+        transformers offloads from the original checkpoint); None when it reads memory or an offload folder."""
+        place = self._places[name]
+        store = place.hook.weights_map.dataset if hasattr(place.hook.weights_map, "dataset") else place.hook.weights_map
+        if place.key in (getattr(store, "state_dict", None) or {}):
+            return None
+        info = (getattr(store, "index", None) or {}).get(place.key)
+        if not info or not info.get("safetensors_file"):
+            return None
+        return info["safetensors_file"], info.get("weight_name", place.key), info.get("dtype")
+
     def value(self, name: str) -> torch.Tensor:
         """The tensor the hook will load for ``name`` (read from disk now if it lives there)."""
         place = self._places[name]

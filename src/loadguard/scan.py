@@ -86,7 +86,7 @@ def scan(
             causal-LM entry of its ``auto_map``).
         keys: ``"header"`` (the checkpoint's keys, shapes and dtypes from its safetensors headers: keys it lacks
             are predicted as missing), ``"complete"`` (the checkpoint holds every key of the model's state dict),
-            or ``"auto"`` (header when a local checkpoint is there, complete otherwise).
+            or ``"auto"`` (header when a local checkpoint is there, complete otherwise, and for a Hub id).
         dtype: as ``from_pretrained``'s ``dtype=``.
         workarounds: as for :func:`loadguard.load`: ``before_import`` ones (or ``"auto"``) run around the load;
             ``after_load`` ones are reported ``needed`` (their targets predicted broken) or ``stale``, not applied;
@@ -113,7 +113,8 @@ def scan(
             "audit a full load with the same options: loadguard audit PATH --device-map ... (offloaded tensors are verified there)",
         )
     start = time.perf_counter()
-    source = _source(path_or_config, trust_remote_code, revision, header=keys != "complete")
+    # local headers are read by default (auto); a Hub id's only when asked for (keys="header": HTTP range reads)
+    source = _source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header")
     if keys == "header" and source.header is None:
         raise ScanError(
             f"{source.name} has no safetensors checkpoint whose headers could be read",
@@ -225,7 +226,7 @@ def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dic
 # where the config, code and keys come from
 
 
-def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool) -> _Source:
+def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool, hub_header: bool) -> _Source:
     from transformers import PretrainedConfig
 
     if isinstance(path_or_config, PretrainedConfig):
@@ -245,7 +246,7 @@ def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, 
         return _Source(text, folder, config, shapes, where)
     if not _hf.HUB_ID.match(text):
         raise ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
-    return _hub_source(text, trust_remote_code, revision, header)
+    return _hub_source(text, trust_remote_code, revision, hub_header)
 
 
 def _local_header(folder: Path) -> tuple[dict | None, str | None]:

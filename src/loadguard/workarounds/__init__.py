@@ -461,6 +461,18 @@ def construction(model_or_names: Any, config: dict | None = None, path: Any = No
         yield
 
 
+def _targets(item: Workaround, model: Any, config: dict) -> list[str]:
+    """What an ``after_load`` workaround targets in ``model``; an error when it does not apply or finds nothing."""
+    _check_applies(item, config)
+    targets = item.targets(model)
+    if not targets:
+        raise WorkaroundError(
+            f"workaround {item.name} found nothing to fix in {_model_label(config)}: none of the modules it targets exist",
+            "the model changed: check whether the workaround still applies, then remove or update it",
+        )
+    return targets
+
+
 def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, strict: bool = False) -> list[WorkaroundOutcome]:
     """Run the ``after_load`` workarounds on ``model``: stale ones are skipped, ones that fix nothing raise.
 
@@ -471,13 +483,7 @@ def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, s
     outcomes = []
     config = model.config.to_dict()
     for item in (w for w in items if w.stage == "after_load"):
-        _check_applies(item, config)
-        targets = item.targets(model)
-        if not targets:
-            raise WorkaroundError(
-                f"workaround {item.name} found nothing to fix in {_model_label(config)}: none of the modules it targets exist",
-                "the model changed: check whether the workaround still applies, then remove or update it",
-            )
+        targets = _targets(item, model, config)
         report = report if report is not None else audit(model)
         broken = sorted({f.tensor for f in report.failures} & set(targets))
         if not broken:
@@ -500,13 +506,7 @@ def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, 
     outcomes = []
     config = model.config.to_dict()
     for item in (w for w in items if w.stage == "after_load"):
-        _check_applies(item, config)
-        targets = item.targets(model)
-        if not targets:
-            raise WorkaroundError(
-                f"workaround {item.name} found nothing to fix in {_model_label(config)}: none of the modules it targets exist",
-                "the model changed: check whether the workaround still applies, then remove or update it",
-            )
+        targets = _targets(item, model, config)
         broken = sorted({f.tensor for f in report.failures} & set(targets))
         if broken:
             outcomes.append(WorkaroundOutcome(item.name, item.stage, "needed", 0, f"predicted broken: {', '.join(broken)}", item.upstream))
