@@ -175,6 +175,15 @@ CHUNK = 1 << 22
 _POOL = None
 
 
+def _pool():
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="loadguard-compare")
+    return _POOL
+
+
 def _words(tensor: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU tensor's bytes as the widest integers they align to (comparing int64 is ~3x faster than
     comparing bfloat16 values)."""
@@ -185,41 +194,49 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
     return flat
 
 
-def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two CPU tensors of one dtype and shape hold the same bytes (then they are equal; the converse
-    fails only for 0.0 vs -0.0 and NaN payloads, which :func:`matches`-style checks handle). Large ones are
-    split across threads (torch releases the GIL)."""
-    global _POOL
-    if a.dtype != b.dtype or a.shape != b.shape or a.device.type != "cpu" or b.device.type != "cpu" or not (a.is_contiguous() and b.is_contiguous()):
-        return False
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     wa, wb = _words(a), _words(b)
     if wa.dtype != wb.dtype:
         wa, wb = a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
-    parts = max(1, min(torch.get_num_threads(), wa.numel() // (1 << 22)))
-    if parts == 1:
-        return torch.equal(wa, wb)
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
+    return torch.equal(wa, wb)
 
-        _POOL = ThreadPoolExecutor(max_workers=torch.get_num_threads(), thread_name_prefix="loadguard-compare")
-    step = -(-wa.numel() // parts)
-    pieces = [(wa[i : i + step], wb[i : i + step]) for i in range(0, wa.numel(), step)]
-    return all(_POOL.map(lambda pair: torch.equal(*pair), pieces))
+
+def _cpu_contiguous(*tensors: torch.Tensor) -> bool:
+    return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+
+
+def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two CPU tensors of one dtype and shape hold the same bytes (then they are equal; the converse
+    fails only for 0.0 vs -0.0 and NaN payloads, which the value comparison after it handles). Large ones are
+    split across threads (torch releases the GIL)."""
+    if a.dtype != b.dtype or a.shape != b.shape or not _cpu_contiguous(a, b):
+        return False
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    parts = max(1, min(torch.get_num_threads(), flat_a.numel() // CHUNK))
+    if parts == 1:
+        return _same_bytes(flat_a, flat_b)
+    step = -(-flat_a.numel() // parts)
+    return all(_pool().map(lambda i: _same_bytes(flat_a[i : i + step], flat_b[i : i + step]), range(0, flat_a.numel(), step)))
 
 
 def equal_after_cast(loaded: torch.Tensor, stored: torch.Tensor) -> bool:
     """``torch.equal(loaded, stored.to(loaded.dtype, loaded.device))`` without materializing the cast: slice by
-    slice (a contiguous loaded tensor), each cast where ``loaded`` lives."""
+    slice (a contiguous loaded tensor), each cast where ``loaded`` lives, slices in parallel on CPU."""
     if stored.dtype == loaded.dtype and stored.device == loaded.device:
         return bytes_equal(loaded, stored) or torch.equal(loaded, stored)
     if not (loaded.is_contiguous() and stored.is_contiguous()):
         return torch.equal(loaded, stored.to(device=loaded.device, dtype=loaded.dtype))
     flat_loaded, flat_stored = loaded.reshape(-1), stored.reshape(-1)
-    for start in range(0, flat_loaded.numel(), CHUNK):
+
+    def chunk(start: int) -> bool:
+        part = flat_loaded[start : start + CHUNK]
         piece = flat_stored[start : start + CHUNK].to(device=loaded.device, dtype=loaded.dtype)
-        if not torch.equal(flat_loaded[start : start + CHUNK], piece):
-            return False
-    return True
+        return (_cpu_contiguous(part, piece) and _same_bytes(part, piece)) or torch.equal(part, piece)
+
+    starts = range(0, flat_loaded.numel(), CHUNK)
+    if loaded.device.type != "cpu" or len(starts) == 1:
+        return all(chunk(start) for start in starts)
+    return all(_pool().map(chunk, starts))
 
 
 def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str) -> Finding | None:
