@@ -52,7 +52,7 @@ def _markdown(matrix) -> str:
 
 @click.command()
 @click.argument("paths", nargs=-1)
-@click.option("--transformers", "transformers_versions", required=True, metavar="VERSIONS",
+@click.option("--transformers", "transformers_versions", default=None, metavar="VERSIONS",
               help="Comma-separated versions (4.57.6,5.24.0) or a specifier ('>=5,<5.25') expanded from the package index.")
 @click.option("--max-versions", type=click.IntRange(1, 200), default=None, help="Cap a specifier's versions (spread from oldest to newest).")
 @click.option("--full", is_flag=True, help="A full audit of each local checkpoint instead of a scan (needs the weights).")
@@ -98,6 +98,8 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
                 )
         changed = any(r.first_changed for r in results)
         return ExitCode.FINDINGS if changed else ExitCode.CLEAN
+    if not transformers_versions:
+        raise InvalidOptionError("which transformers versions? none given", "pass --transformers 4.57.6,5.24.0 (or a specifier), or --bisect LOW HIGH")
     versions = versions_from(transformers_versions, max_versions)
     if not versions:
         raise InvalidOptionError(f"no released transformers version matches {transformers_versions!r}", "widen the specifier")
