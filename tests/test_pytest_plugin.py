@@ -31,14 +31,17 @@ def test_plugin_is_registered_with_its_options_and_marker(pytester):
 
 @needs_v5
 def test_repair_makes_every_case_pass_and_summarizes(suite):
-    result = suite.runpytest_subprocess("--loadguard=repair", "--strict-markers")
-    result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*loadguard*", "*policy repair, poison off: 6 model load(s) audited*", "*6 load(s), * broken (resampler.pos_embed), * repaired*"])
-    # without poison a load can by chance get a freed copy of the right table: every broken one was repaired
     import re
 
-    broken, repaired = re.search(r"6 load\(s\), (\d) broken \(resampler.pos_embed\), (\d) repaired", result.stdout.str()).groups()
-    assert broken == repaired and int(broken) >= 1
+    result = suite.runpytest_subprocess("--loadguard=repair", "--strict-markers")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*loadguard*", "*policy repair, poison off: 6 model load(s) audited*"])
+    # without poison a load can by chance get a freed copy of the right table: every broken one was repaired
+    line = re.search(r"6 load\(s\), (\d) broken(?: \(resampler.pos_embed\), (\d) repaired)?", result.stdout.str())
+    assert line is not None and (line.group(1) == "0" or line.group(1) == line.group(2))
+    result = suite.runpytest_subprocess("--loadguard=repair", "--loadguard-poison", "--strict-markers")  # every load broken
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*policy repair, poison on: 6 model load(s) audited*", "*6 load(s), 6 broken (resampler.pos_embed), 6 repaired*"])
 
 
 @needs_v5
@@ -278,11 +281,12 @@ def test_record_runs_per_process_or_merged():
 @needs_v5
 def test_xdist_workers_report_their_loads_to_the_summary_and_record(suite):
     record = suite.path / "record.json"
-    result = suite.runpytest_subprocess("--loadguard=repair", "-n", "2", "-k", "small", f"--loadguard-record={record}")
+    # under poison: without it a load can by chance get a freed copy of the right table (seen in a fresh-clone run)
+    result = suite.runpytest_subprocess("--loadguard=repair", "--loadguard-poison", "-n", "2", "-k", "small", f"--loadguard-record={record}")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [  # each worker builds its own copy of the model (per-worker temp folders)
-            "*policy repair, poison off: 2 model load(s) audited in 2 xdist worker(s)*",
+            "*policy repair, poison on: 2 model load(s) audited in 2 xdist worker(s)*",
             "*popen-gw0*: 1 load(s), 1 broken (resampler.pos_embed), 1 repaired*",
             "*popen-gw1*: 1 load(s), 1 broken (resampler.pos_embed), 1 repaired*",
         ]
