@@ -163,6 +163,27 @@ def meta_writes_skipped() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def constructing_with_meta_writes_skipped(cls: type) -> Iterator[None]:
+    """:func:`meta_writes_skipped` around ``cls.__init__`` only (a torch function mode costs a little on every
+    torch call: loading 70,000 weightless tensors is not slowed by it)."""
+    original = cls.__dict__.get("__init__")
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        with _MetaWrites():
+            init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    try:
+        yield
+    finally:
+        if original is None:
+            del cls.__init__
+        else:
+            cls.__init__ = original
+
+
 class _WriteRecorder(TorchDispatchMode):
     def __init__(self, watched: dict[int, list[str]], record: InitWrites):
         super().__init__()

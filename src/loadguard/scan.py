@@ -35,6 +35,7 @@ from ._transformers import (
     CompleteKeys,
     InitWrites,
     complete_keys_from_the_model,
+    constructing_with_meta_writes_skipped,
     loaded_tensors,
     meta_writes_skipped,
     parameters_stay_on_meta,
@@ -146,7 +147,7 @@ def scan(
                         own = _own_keys(concrete, config, parsed_dtype)
                         shapes = {key: own[key] for key in shapes if key in own}
                     kwargs["state_dict"] = weightless_state_dict(shapes)
-                for context in (poison(), recording_init_writes(record), parameters_stay_on_meta(), meta_writes_skipped()):
+                for context in (poison(), recording_init_writes(record), parameters_stay_on_meta(), constructing_with_meta_writes_skipped(concrete)):
                     stack.enter_context(context)
                 return concrete.from_pretrained(None, **kwargs)
         except LoadguardError:
