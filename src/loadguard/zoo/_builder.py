@@ -105,7 +105,11 @@ def _config(entry: ZooEntry, overrides: dict[str, Any]):
             f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a setting of the {entry.name} model",
             "use the config fields the model has, e.g. hidden_size, num_hidden_layers, vocab_size",
         )
-    return config_cls(**{**entry.config, **overrides})
+    import warnings
+
+    with warnings.catch_warnings():  # a v4-style config sets rope_scaling: the zoo reproduces it, no need to warn its builder
+        warnings.filterwarnings("ignore", message=".*rope_scaling.*is deprecated", category=FutureWarning)
+        return config_cls(**{**entry.config, **overrides})
 
 
 def _shape_minicpmv(model: torch.nn.Module) -> None:
