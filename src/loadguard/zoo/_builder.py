@@ -96,6 +96,21 @@ def _classes(entry: ZooEntry):
     return config_cls, model_cls
 
 
+def _quiet(function):
+    """A v4-style config sets rope_scaling, which transformers 5 warns about: the zoo reproduces it on purpose."""
+    import functools
+    import warnings
+
+    @functools.wraps(function)
+    def quiet(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*rope_scaling.*is deprecated", category=FutureWarning)
+            return function(*args, **kwargs)
+
+    return quiet
+
+
+@_quiet
 def _config(entry: ZooEntry, overrides: dict[str, Any]):
     config_cls, _ = _classes(entry)
     known = set(config_cls().to_dict())
@@ -105,11 +120,7 @@ def _config(entry: ZooEntry, overrides: dict[str, Any]):
             f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a setting of the {entry.name} model",
             "use the config fields the model has, e.g. hidden_size, num_hidden_layers, vocab_size",
         )
-    import warnings
-
-    with warnings.catch_warnings():  # a v4-style config sets rope_scaling: the zoo reproduces it, no need to warn its builder
-        warnings.filterwarnings("ignore", message=".*rope_scaling.*is deprecated", category=FutureWarning)
-        return config_cls(**{**entry.config, **overrides})
+    return config_cls(**{**entry.config, **overrides})
 
 
 def _shape_minicpmv(model: torch.nn.Module) -> None:
@@ -138,6 +149,7 @@ def _shape_minicpmv(model: torch.nn.Module) -> None:
         llm.lm_head.weight[: len(SPECIAL_TOKENS)] = 0.0
 
 
+@_quiet
 def build_model(name: str, *, seed: int = _DEFAULT_SEED, **config_overrides: Any) -> torch.nn.Module:
     """The zoo model ``name`` constructed eagerly in memory, exactly as :func:`build` saves it.
 
@@ -202,6 +214,7 @@ def _write_json(path: Path, document: dict) -> None:
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
+@_quiet
 def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_overrides: Any) -> Path:
     """Write zoo entry ``name`` as a model folder and return its path.
 
