@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import envs
-
-FAILING = ("uninitialized", "mismatch", "on_meta", "overwritten")
+from .report import failing
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class Cell:
     def failures(self) -> list[str]:
         if self.report is None:
             return []
-        return [f["tensor"] for f in self.report["findings"] if f["status"] in FAILING]
+        return [f["tensor"] for f in failing(self.report["findings"])]
 
     def verdict(self) -> str:
         """What a reader compares across versions: clean, the failing tensors, or why it could not run."""
@@ -51,7 +50,7 @@ class Cell:
             return f"{self.status}: {self.error}"
         if not self.failures:
             return "clean"
-        return ", ".join(f"{f['tensor']} ({f['status']})" for f in self.report["findings"] if f["status"] in FAILING)
+        return ", ".join(f"{f['tensor']} ({f['status']})" for f in failing(self.report["findings"]))
 
     def workaround(self, name: str) -> str:
         """``needed``, ``stale``, ``not applicable`` or ``unknown`` (the cell did not run)."""
@@ -173,7 +172,7 @@ def _cell(model: str, version: str, full: bool, result: dict, seconds: float) ->
         document = json.loads(result["stdout"] if full else result["stdout"].strip().splitlines()[0])
         if not full and not document.get("scanned", True):
             return Cell(model, version, "error", None, document["error"], document["hint"], seconds)
-        clean = not [f for f in document["findings"] if f["status"] in FAILING]
+        clean = not failing(document["findings"])
         return Cell(model, version, "clean" if clean else "findings", document, seconds=seconds)
     lines = [line for line in result["stderr"].splitlines() if line.strip()]
     error = next((line[len("Error: "):] for line in lines if line.startswith("Error: ")), lines[-1] if lines else f"exit {result['returncode']}")

@@ -53,6 +53,13 @@ class Finding:
         }
 
 
+def failing(findings: list[dict]) -> list[dict]:
+    """The findings, as a report's JSON holds them, whose status fails an audit (as :attr:`Finding.failing`)."""
+    from .checks import is_failing
+
+    return [f for f in findings if is_failing(f["status"])]
+
+
 @dataclass(frozen=True)
 class CheckSummary:
     """How one check went: how many tensors it looked at and what it found, or why it did not run."""

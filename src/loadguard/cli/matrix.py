@@ -24,6 +24,7 @@ def versions_from(text: str, max_versions: int | None) -> list[str]:
 
 
 def _cell_text(cell) -> str:
+    from ..report import failing as failing_findings
     from ..render import collapse_names
 
     if cell.status == "unavailable":
@@ -32,7 +33,7 @@ def _cell_text(cell) -> str:
         return f"could not scan: {cell.error}"
     if cell.status == "clean":
         return "clean"
-    failing = [f for f in cell.report["findings"] if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")]
+    failing = failing_findings(cell.report["findings"])
     names = collapse_names(f"{f['tensor']} ({f['status']})" for f in failing)
     if len(names) > 4:
         return ", ".join(names[:3]) + f" and {len(names) - 3} more ({len(failing)} tensors)"

@@ -78,9 +78,11 @@ def _targets(paths, from_file) -> list[str]:
 
 
 def _verdict(row: dict) -> str:
+    from ..report import failing
+
     if not row["scanned"]:
         return "could not scan"
-    failures = [f for f in row["findings"] if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")]
+    failures = failing(row["findings"])
     return "clean" if not failures else f"{len(failures)} wrong"
 
 
