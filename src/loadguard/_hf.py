@@ -80,6 +80,24 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     return config
 
 
+def local_config(path: Any) -> dict | None:
+    """The config.json of a local model folder as a dict; None where ``path`` is no folder holding a readable one
+    (a Hub id, a missing or broken file: the callers fall back, :func:`read_config` is the one that says why)."""
+    if path is None:
+        return None
+    try:
+        config = json.loads((Path(str(path)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def folder_of(config: Any) -> Path | None:
+    """The local folder a config was read from (its ``_name_or_path``), when it is one."""
+    name = str(getattr(config, "_name_or_path", "") or "")
+    return Path(name) if name and Path(name).is_dir() else None
+
+
 def check_checkpoint(path: str | os.PathLike) -> None:
     """Before loading a local folder: its weights are readable and complete (headers, sizes, shards).
 

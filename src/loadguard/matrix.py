@@ -114,18 +114,13 @@ def _options(trust_remote_code: bool, workarounds: Sequence[str], workaround_fil
 def applicable(model: str, workarounds: Sequence[str], workaround_files: Sequence[str] = ()) -> list[str]:
     """The named workarounds that apply to ``model`` (read from its local config.json; all of them for a Hub id):
     a matrix asks one list of every model, and one that does not apply is "not applicable", not an error."""
-    from pathlib import Path
-
+    from . import _hf
     from . import workarounds as registry
 
     for file in workaround_files:
         registry.load_file(file)
-    config_file = Path(model) / "config.json"
-    if not config_file.is_file():
-        return list(workarounds)
-    try:
-        config = json.loads(config_file.read_text())
-    except ValueError:
+    config = _hf.local_config(model)
+    if config is None:
         return list(workarounds)
     return [w for w in workarounds if w == registry.AUTO or registry.get(w).applies(config)]
 

@@ -268,15 +268,9 @@ def _patch_from_pretrained(session: _Session, PreTrainedModel) -> None:
 
 def _config_of(path) -> dict:
     """The config.json of a local model folder (for the workarounds' applies_to), else just its name."""
-    import os
+    from . import _hf
 
-    config = {"_name_or_path": str(path)}
-    try:
-        with open(os.path.join(str(path), "config.json")) as handle:
-            config.update(json.load(handle))
-    except (OSError, ValueError, TypeError):
-        pass
-    return config
+    return {"_name_or_path": str(path), **(_hf.local_config(path) or {})}
 
 
 def _name_workarounds(error: BaseException, selection) -> None:

@@ -122,13 +122,14 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             if key in _cache:
                 _cache.move_to_end(key)
                 return _cache[key]
+    from . import _hf
     from . import workarounds as registry
 
     start = time.perf_counter()
     names = list(getattr(model, registry.CONSTRUCTION_ATTRIBUTE, ()))
     while True:
         try:
-            with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.construction(names, None if names else {}, _folder_of(config)):
+            with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.construction(names, None if names else {}, _hf.folder_of(config)):
                 torch.manual_seed(0x10AD)
                 seeded = torch.random.get_rng_state()
                 first = _construct(model_class, config)
@@ -185,14 +186,6 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if torch.equal(a, b):
         return True
     return a.dtype.is_floating_point and bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
-def _folder_of(config):
-    """The model's local folder, when its config came from one (for workarounds that read its files)."""
-    from pathlib import Path
-
-    name = str(getattr(config, "_name_or_path", "") or "")
-    return Path(name) if name and Path(name).is_dir() else None
 
 
 def clear_cache() -> None:

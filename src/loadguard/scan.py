@@ -232,7 +232,7 @@ def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, 
 
     if isinstance(path_or_config, PretrainedConfig):
         config = path_or_config
-        folder = Path(config._name_or_path) if config._name_or_path and Path(config._name_or_path).is_dir() else None
+        folder = _hf.folder_of(config)
         document = config.to_dict()
         if document.get("auto_map") and not trust_remote_code:
             from .errors import RemoteCodeNotTrustedError

@@ -403,14 +403,9 @@ def using(selection: str | Sequence[str | Workaround], path: Any = None, *, stri
         with loadguard.workarounds.using(["v4-attn-mask-utils"], path) as outcomes:
             model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
     """
-    import json
+    from .. import _hf
 
-    config: dict = {}
-    if path is not None and (Path(str(path)) / "config.json").is_file():
-        try:
-            config = json.loads((Path(str(path)) / "config.json").read_text())
-        except ValueError:
-            config = {}
+    config = _hf.local_config(path) or {}
     items = [w for w in resolve(selection) if w.stage == "before_import"]
     # with no model folder to read, what applies cannot be told: the caller asked for these by name
     with before_import(items, path, {"_name_or_path": str(path), **config}, strict=strict, check=bool(config)) as outcomes:
@@ -438,7 +433,7 @@ def construction(model_or_names: Any, config: dict | None = None, path: Any = No
 
     ``path`` (default: the model's folder, when its ``name_or_path`` is one) is where they look at the
     model's files; ``config`` (default: its config.json there, over ``model.config``) what they read."""
-    import json
+    from .. import _hf
 
     names = model_or_names if isinstance(model_or_names, (list, tuple)) else getattr(model_or_names, CONSTRUCTION_ATTRIBUTE, ())
     if not names:
@@ -446,14 +441,9 @@ def construction(model_or_names: Any, config: dict | None = None, path: Any = No
         return
     model_config = getattr(model_or_names, "config", None)
     if path is None and model_config is not None:
-        candidate = Path(str(getattr(model_config, "_name_or_path", "") or ""))
-        path = candidate if str(candidate) and candidate.is_dir() else None
+        path = _hf.folder_of(model_config)
     if config is None:
-        config = model_config.to_dict() if model_config is not None else {}
-        try:
-            config = {**config, **json.loads((Path(path) / "config.json").read_text())} if path is not None else config
-        except (OSError, ValueError):
-            pass
+        config = {**(model_config.to_dict() if model_config is not None else {}), **(_hf.local_config(path) or {})}
     with contextlib.ExitStack() as stack:
         for item in resolve(list(names)):
             if item.stage == "before_import":
