@@ -18,6 +18,7 @@ from .errors import (
     ModelNotFoundError,
     RemoteCodeImportError,
     RemoteCodeNotTrustedError,
+    fixes_hint,
 )
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -200,10 +201,7 @@ def name_workarounds(error: LoadguardError, matched: list[str], active: tuple[st
     new = [name for name in matched if name not in active]
     if new:
         error.fixes = tuple(new)
-        error.hint = (
-            f"a known failure of code written for older transformers/torch: pass workarounds={new!r} "
-            "(or workarounds='auto') to loadguard.load / HfRunner / eager_load"
-        )
+        error.hint = fixes_hint(new, "api")
     elif matched:
         error.hint = (
             f"workaround(s) {', '.join(matched)} were applied and the code still fails this way: "

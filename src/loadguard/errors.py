@@ -27,15 +27,21 @@ class LoadguardError(Exception):
         return str(self.args[0]) if self.args else ""
 
 
-def hint_for(error: LoadguardError, how: str = "cli") -> str:
-    """The hint for ``error`` as the CLI (``--workaround NAME``) or the pytest plugin (the marker) words it."""
-    if not error.fixes:
-        return error.hint
-    names = list(error.fixes)
+def fixes_hint(names: Iterable[str], how: str = "api") -> str:
+    """What to do about a failure the registered workarounds ``names`` fix, as the API (``workarounds=[...]``),
+    the CLI (``--workaround NAME``) or the pytest plugin (the marker) words it."""
+    names = list(names)
     if how == "pytest":
         return f"known failure of code written for older transformers/torch: mark the test @pytest.mark.loadguard(workarounds={names!r}) (or workarounds='auto')"
-    flags = " ".join(f"--workaround {name}" for name in names)
-    return f"known failure of code written for older transformers/torch: run again with {flags} (or --workaround auto)"
+    if how == "cli":
+        flags = " ".join(f"--workaround {name}" for name in names)
+        return f"known failure of code written for older transformers/torch: run again with {flags} (or --workaround auto)"
+    return f"a known failure of code written for older transformers/torch: pass workarounds={names!r} (or workarounds='auto') to loadguard.load / HfRunner / eager_load"
+
+
+def hint_for(error: LoadguardError, how: str = "cli") -> str:
+    """The hint for ``error`` as the CLI or the pytest plugin words it (see :func:`fixes_hint`)."""
+    return fixes_hint(error.fixes, how) if error.fixes else error.hint
 
 
 class UnknownZooEntryError(LoadguardError, KeyError):

@@ -276,17 +276,15 @@ def _config_of(path) -> dict:
 def _name_workarounds(error: BaseException, selection) -> None:
     """A load that failed the way registered workarounds fix: say which, and how to apply them here."""
     from . import workarounds as registry
-    from .errors import LoadguardError, hint_for
+    from .errors import LoadguardError, fixes_hint
 
     active = {w.name for w in registry.resolve(selection)}
-    names = [n for n in (getattr(error, "fixes", ()) or [w.name for w in registry.matching(error)]) if n not in active]
+    names = [n for n in registry.fixes_for(error) if n not in active]
     if not names:
         return
     if isinstance(error, LoadguardError):
         error.fixes = tuple(names)
-    probe = LoadguardError("", "")
-    probe.fixes = tuple(names)
-    error.add_note(f"loadguard: {hint_for(probe, 'pytest')}")
+    error.add_note(f"loadguard: {fixes_hint(names, 'pytest')}")
 
 
 def _audit_load(model, policy: str, item, early=()) -> None:
@@ -346,9 +344,7 @@ def hf_runner(request):
         kwargs.setdefault("poison", session.poison)
         kwargs.setdefault("workarounds", tuple(settings.get("workarounds", ())))
         kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
-        from .errors import BrokenModelError
-
-        from .errors import LoadguardError, hint_for
+        from .errors import BrokenModelError, LoadguardError, hint_for
 
         try:
             return HfRunner(model, *args, **kwargs)

@@ -241,6 +241,12 @@ def matching(error: BaseException, stage: str | None = "before_import") -> list[
     return [w for w in all_workarounds() if (stage is None or w.stage == stage) and w.fixes_error(error)]
 
 
+def fixes_for(error: BaseException) -> list[str]:
+    """The workarounds that fix ``error``: those a loadguard error already names, else the ``before_import``
+    ones that declare it."""
+    return list(getattr(error, "fixes", ())) or [w.name for w in matching(error)]
+
+
 @contextlib.contextmanager
 def _registering_from(source: str) -> Iterator[None]:
     token = _source.set(source)
@@ -383,8 +389,7 @@ def attempt(load: Callable[[tuple[str, ...]], Any], selection: Any, path: Any, c
             with before_import(active, path, config, strict=strict, auto=reasons) as early:
                 result = load(active_names)
         except Exception as error:
-            fixes = list(getattr(error, "fixes", ())) or [w.name for w in matching(error)]
-            new = [name for name in fixes if name not in active_names and get(name).applies(config)]
+            new = [name for name in fixes_for(error) if name not in active_names and get(name).applies(config)]
             if not auto or not new:
                 raise
             for name in new:
@@ -558,6 +563,7 @@ __all__ = [
     "before_import",
     "construction",
     "external_errors",
+    "fixes_for",
     "for_runner",
     "get",
     "load_file",
