@@ -50,11 +50,16 @@ def check_device(device: str | None) -> None:
         raise InvalidOptionError("--device mps was asked for but MPS is not available here", "use --device cpu")
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` keeps the Hugging Face Hub out of reach."""
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "")
+
+
 def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     """Pre-flight for a local folder: it exists, holds a readable config.json, and its remote code is trusted."""
     folder = Path(path)
     if not folder.exists():
-        if HUB_ID.match(str(path)) and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", ""):
+        if HUB_ID.match(str(path)) and hub_offline():
             raise ModelNotFoundError(
                 f"{path} is not a local folder and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set)",
                 "download the model first (hf download) and pass its local folder",

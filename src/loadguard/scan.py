@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,7 +276,7 @@ def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, hea
     """Only ``*.json`` and ``*.py`` from the Hub (the cache when offline); the safetensors headers by range reads."""
     from huggingface_hub import snapshot_download
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "")
+    offline = _hf.hub_offline()
     try:
         folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=offline))
     except Exception as error:

@@ -91,7 +91,7 @@ class HfRunner:
         self.workarounds: list = []
         if audit == "off":
             self.model, early = load_unaudited(auto_cls, model, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
-            self.workarounds = early + registry.after_load(self.model, [w for w in load_stage if w != registry.AUTO], strict=strict_stale)
+            self.workarounds = early + registry.after_load(self.model, chosen, strict=strict_stale)  # runs the after_load ones only
         else:
             self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
             self.report = self.model.loadguard_report

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import importlib.util
 import re
@@ -363,13 +364,11 @@ def before_import(
         if usage.count:
             outcomes.append(WorkaroundOutcome(item.name, item.stage, "applied", usage.count, usage.detail, item.upstream, why))
         else:
-            stale = _stale(item, f"loads {_model_label(config)} without it", strict)
-            outcomes.append(WorkaroundOutcome(stale.name, stale.stage, stale.status, 0, stale.detail, stale.upstream, why))
+            outcomes.append(dataclasses.replace(_stale(item, f"loads {_model_label(config)} without it", strict), auto=why))
 
 
 def _describe(error: BaseException) -> str:
-    message = getattr(error, "message", None) or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    return message
+    return getattr(error, "message", None) or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
 def attempt(load: Callable[[tuple[str, ...]], Any], selection: Any, path: Any, config: dict, *, strict: bool = False) -> tuple[Any, list[WorkaroundOutcome]]:
