@@ -283,6 +283,9 @@ def test_fleet_rows_json_markdown_and_exit_codes(zoo_folder, tmp_path, capsys):
     assert code == 2 and "none of the models could be scanned" in captured.err
     code, captured = run("scan", str(zoo_folder("clean")), "--trust-remote-code")
     assert code == 0 and "predicted clean" in captured.out
+    code, captured = run("scan", str(zoo_folder("typing_alias")), "--trust-remote-code", "--workaround", "auto")
+    assert "workaround remote-code-typing-aliases (before_import): applied, " in captured.out  # printed as an audit prints it
+    assert "(auto: the load failed with the model's own code failed" in captured.out
 
 
 def test_hub_header_mode_reads_headers_by_range_not_weights(zoo_folder, tmp_path, monkeypatch):

@@ -101,6 +101,12 @@ def check_lines(report: AuditReport) -> list[str]:
     return lines
 
 
+def workaround_line(outcome: dict[str, Any]) -> str:
+    """One workaround outcome (its JSON form) as a report prints it."""
+    line = f"workaround {outcome['name']} ({outcome['stage']}): {outcome['status']}" + (f", {outcome['detail']}" if outcome["detail"] else "")
+    return line + (f" ({outcome['auto']})" if outcome.get("auto") else "")
+
+
 def print_report(console: Console, report: AuditReport, repair: RepairResult | None = None) -> None:
     verdict = "[bold green]clean[/]" if report.ok else f"[bold red]{len(report.failures)} tensor(s) wrong[/]"
     console.print(f"[bold]{report.model}[/] ({report.model_class}): {verdict}")
@@ -111,8 +117,7 @@ def print_report(console: Console, report: AuditReport, repair: RepairResult | N
     for line in check_lines(report):
         console.print(line, highlight=False)
     for outcome in report.workarounds:
-        line = f"workaround {outcome.name} ({outcome.stage}): {outcome.status}" + (f", {outcome.detail}" if outcome.detail else "")
-        console.print(line + (f" ({outcome.auto})" if outcome.auto else ""), highlight=False, soft_wrap=True)
+        console.print(workaround_line(outcome.to_dict()), highlight=False, soft_wrap=True)
     if repair is not None:
         if repair.repaired:
             console.print(f"repaired {len(repair.repaired)}: {', '.join(collapse_names(repair.repaired))}", highlight=False)

@@ -181,7 +181,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
 
 def print_scan(row: dict) -> None:
     """One model's prediction, as the audit prints its report."""
-    from ..render import check_lines, detail_lines, findings_table
+    from ..render import check_lines, detail_lines, findings_table, workaround_line
     from ..report import Finding
 
     out = stdout()
@@ -198,6 +198,5 @@ def print_scan(row: dict) -> None:
     report = AuditReport(row["model"], row["model_class"], row["checkpoint"], tuple(findings), tuple(CheckSummary(**c) for c in row["checks"]))
     for line in check_lines(report):
         out.print(line, highlight=False, soft_wrap=True)
-    for w in row["workarounds"]:
-        line = f"workaround {w['name']} ({w['stage']}): {w['status']}" + (f", {w['detail']}" if w["detail"] else "")
-        out.print(line + (f" ({w['auto']})" if w.get("auto") else ""), highlight=False, soft_wrap=True)
+    for outcome in row["workarounds"]:
+        out.print(workaround_line(outcome), highlight=False, soft_wrap=True)
