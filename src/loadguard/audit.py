@@ -88,7 +88,7 @@ def _offloaded(finding: Finding, offload) -> Finding:
     return dataclasses.replace(finding, device=f"offloaded ({where})", detail=f"{finding.detail} (as accelerate's hook loads it from {where})")
 
 
-def _same_bytes(offload, name: str, checkpoint: Checkpoint, key: str) -> bool:
+def _hook_reads_the_checkpoint(offload, name: str, checkpoint: Checkpoint, key: str) -> bool:
     """The offload hook reads ``name`` from the very file and tensor the checkpoint holds as ``key`` (and casts
     it as a load would): what it loads is the checkpoint's value, without reading it."""
     import os
@@ -226,7 +226,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         with torch.no_grad():
             for entry in state_entries:
                 key = key_map.to_checkpoint.get(entry.name)
-                if key is not None and entry.name in offload and _same_bytes(offload, entry.name, ckpt, key):
+                if key is not None and entry.name in offload and _hook_reads_the_checkpoint(offload, entry.name, ckpt, key):
                     proven += 1  # its hook reads the checkpoint's very bytes: equal without reading them
                     continue
                 loaded = value(entry.name)  # an offloaded one: read now, compared, dropped
