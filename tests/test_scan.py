@@ -172,13 +172,14 @@ def test_scan_leaves_torch_and_transformers_as_it_found_them(zoo_folder):
     init, to_empty = PreTrainedModel.__dict__["_initialize_missing_keys"], torch.nn.Module.to_empty
     deterministic = torch.are_deterministic_algorithms_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
+    had_mask_utils = "transformers.modeling_attn_mask_utils" in __import__("sys").modules
     loadguard.scan(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto")
     assert PreTrainedModel.__dict__["_initialize_missing_keys"] is init and torch.nn.Module.to_empty is to_empty
     assert torch.are_deterministic_algorithms_enabled() is deterministic
     assert torch.utils.deterministic.fill_uninitialized_memory is fill
     assert _get_current_dispatch_mode_stack() == [] and _get_current_function_mode_stack() == []
-    if IS_V5:  # the workaround's stand-in for the module 5.x removed is gone again
-        assert "transformers.modeling_attn_mask_utils" not in __import__("sys").modules
+    # the workaround's stand-in for the module 5.0-5.24 removed is gone again (5.25 has its own back)
+    assert ("transformers.modeling_attn_mask_utils" in __import__("sys").modules) is (had_mask_utils or __import__("importlib").util.find_spec("transformers.modeling_attn_mask_utils") is not None)
 
 
 def test_the_causal_lm_class_is_chosen_not_the_first_auto_map_entry():

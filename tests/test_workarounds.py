@@ -21,8 +21,15 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION, load
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not need these workarounds")
 IMPORT = list(zoo.get("minicpmv_like").workarounds)  # what MiniCPM-V-2.6-era code needs to import and construct
+NEEDED = list(zoo.get("minicpmv_like").needed_workarounds)  # those this transformers / torch lacks what they give back for
 MINICPMV = IMPORT + ["minicpmv-pos-cache", "minicpmv-26-runner"]
-V4_ENTRIES = [e.name for e in zoo.entries() if e.workarounds and e.family != "lgminicpmv"]
+V4_ENTRIES = [e.name for e in zoo.entries() if e.load_error and e.family != "lgminicpmv"]
+
+
+def named_outcome(name: str) -> str:
+    """What a workaround named for minicpmv_like does here: applied where needed, stale where the running
+    transformers has what it gives back again (the model's code uses it)."""
+    return "applied" if name in NEEDED or registry.get(name).stage != "before_import" else "stale"
 
 
 def outcomes(model):
@@ -40,7 +47,7 @@ def test_pos_cache_applied_where_needed(zoo_folder):
     assert outcome.status == "applied" and outcome.fixed == 1 and outcome.detail == "fixed resampler.pos_embed"
     assert model.loadguard_report.ok and not model.loadguard_report_as_loaded.ok
     assert model.loadguard_repair is None  # the workaround fixed it: nothing left for the generic repair
-    assert {outcomes(model)[name].status for name in IMPORT} == {"applied"}
+    assert {name: outcomes(model)[name].status for name in IMPORT} == {name: named_outcome(name) for name in IMPORT}
 
 
 def test_pos_cache_is_stale_on_the_fixed_model_and_strict_errors(zoo_folder):
@@ -99,7 +106,7 @@ def test_each_failure_signature_names_exactly_its_workaround(name):
     kind, _, message = entry.load_error.partition(": ")
     error = KeyError(message.strip("'")) if kind == "KeyError" else getattr(builtins, kind)(message)
     assert str(error) == message
-    assert [w.name for w in registry.matching(error)] == [entry.workarounds[0]]
+    assert [w.name for w in registry.matching(error)] == [entry.needed_workarounds[0]]
 
 
 def test_a_match_is_found_through_the_exception_chain():
@@ -119,11 +126,11 @@ def test_api_error_names_the_workaround_and_auto_applies_it(zoo_folder, name):
     entry = zoo.get(name)
     with pytest.raises(RemoteCodeImportError) as info:
         loadguard.load("AutoModelForCausalLM", zoo_folder(name), trust_remote_code=True)
-    assert info.value.fixes == entry.workarounds
-    assert f"workarounds={list(entry.workarounds)!r}" in info.value.hint and "workarounds='auto'" in info.value.hint
+    assert info.value.fixes == entry.needed_workarounds
+    assert f"workarounds={list(entry.needed_workarounds)!r}" in info.value.hint and "workarounds='auto'" in info.value.hint
     model = loadguard.load("AutoModelForCausalLM", zoo_folder(name), trust_remote_code=True, poison=True, workarounds="auto")
     (outcome,) = model.loadguard_report.workarounds
-    assert (outcome.name, outcome.status) == (entry.workarounds[0], "applied") and outcome.fixed >= 1
+    assert (outcome.name, outcome.status) == (entry.needed_workarounds[0], "applied") and outcome.fixed >= 1
     assert outcome.auto.startswith("auto: the load failed with the model's own code failed")
     assert {f.tensor: f.status for f in model.loadguard_report_as_loaded.failures} == expected(name)  # what it really gets wrong
     assert model.loadguard_repair.ok
@@ -135,11 +142,11 @@ def test_api_error_names_the_workaround_and_auto_applies_it(zoo_folder, name):
 def test_auto_retries_once_per_newly_matched_failure_minicpmv(zoo_folder):
     model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds="auto")
     applied = [(w.name, w.status) for w in model.loadguard_report.workarounds]
-    assert applied == [(name, "applied") for name in IMPORT]  # in the order the code failed
-    reasons = [w.auto for w in model.loadguard_report.workarounds]
-    assert "No module named 'transformers.modeling_attn_mask_utils'" in reasons[0]
-    assert "NameError: name 'List' is not defined" in reasons[1]
-    assert "all_tied_weights_keys" in reasons[2]
+    assert applied == [(name, "applied") for name in NEEDED]  # in the order the code failed
+    reasons = {w.name: w.auto for w in model.loadguard_report.workarounds}
+    for name, error in zoo.get("minicpmv_like").failures:
+        if name in NEEDED:
+            assert error.split(": ", 1)[1].split("'")[0] in reasons[name], reasons
     assert [f.tensor for f in model.loadguard_report_as_loaded.failures] == ["resampler.pos_embed"]
 
 
@@ -148,12 +155,46 @@ def test_auto_on_code_that_loads_applies_nothing(zoo_folder):
     assert model.loadguard_report.workarounds == () and model.loadguard_report.ok
 
 
-@pytest.mark.parametrize("name", ["remote-code-typing-aliases", "v4-attn-mask-utils", "v4-rope-scaling", "v4-config-generation-defaults"])
-def test_a_workaround_code_does_not_need_is_stale(zoo_folder, name):
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=[name])
-    assert outcomes(model)[name].status == "stale"
-    with pytest.raises(StaleWorkaroundError):
-        loadguard.load("AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=[name], strict_stale=True)
+@pytest.mark.parametrize("name", [w.name for w in registry.all_workarounds() if w.stage == "before_import"])
+def test_a_workaround_the_model_never_hits_is_not_applicable(zoo_folder, name):
+    """The clean zoo model's code uses none of what the v4-era workarounds give back: 'not applicable' on every
+    transformers (never 'stale': it never needed them), and strict mode has nothing to object to."""
+    for strict in (False, True):
+        model = loadguard.load("AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=[name], strict_stale=strict)
+        outcome = outcomes(model)[name]
+        assert (outcome.status, outcome.fixed) == ("not_applicable", 0) and outcome.detail.startswith("not applicable to ")
+        assert json.loads(model.loadguard_report.to_json())["workarounds"][0]["status"] == "not_applicable"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_stale_means_the_model_used_it_and_this_transformers_has_it_again(zoo_folder, native):
+    """A before_import workaround that changed nothing: stale only where the model's code uses what it gives back
+    and the running versions have that again; where they lack it, the load never reached it."""
+    import contextlib
+
+    uses = r"class LgToyForCausalLM"  # in np_buffer's code, not in minicpmv_like's
+
+    @registry.workaround("test-native-thing", applies_to=lambda config: True, stage="before_import", reason="test", upstream="test#1",
+                         native=lambda: native, touches=uses)
+    @contextlib.contextmanager
+    def thing(path, config):
+        yield registry.Usage()
+
+    try:
+        for entry, touched in (("np_buffer", True), ("minicpmv_like", False)):
+            with registry.using(["test-native-thing"], zoo_folder(entry)) as found:
+                pass
+            expected_status = "stale" if native and touched else "not_applicable"
+            assert [o.status for o in found] == [expected_status], (entry, found)
+            if expected_status == "stale":
+                with pytest.raises(StaleWorkaroundError):
+                    with registry.using(["test-native-thing"], zoo_folder(entry), strict=True):
+                        pass
+        assert registry.judge_before_import(registry.get("test-native-thing"), registry.model_code(zoo_folder("np_buffer"))).startswith(
+            "stale: " if native else "needed: "
+        )
+    finally:
+        registry.REGISTRY.pop("test-native-thing", None)
 
 
 @needs_v5
@@ -194,11 +235,12 @@ def test_using_restores_every_global_it_touches(zoo_folder):
 
     rope = PretrainedConfig.__dict__["rope_scaling"]
     names = [n for n in registry.REGISTRY if registry.get(n).stage == "before_import"]
+    native_mask_utils = registry.get("v4-attn-mask-utils").is_native()  # 5.25 has the module back
     with registry.using(names, zoo_folder("minicpmv_like")) as outcomes_:
         assert "transformers.modeling_attn_mask_utils" in sys.modules
         from transformers.utils import is_torch_fx_available  # noqa: F401  (now importable)
     assert len(outcomes_) == len(names)
-    assert "transformers.modeling_attn_mask_utils" not in sys.modules
+    assert ("transformers.modeling_attn_mask_utils" in sys.modules) is native_mask_utils
     assert "__getattr__" not in transformers.utils.__dict__ and "__getattr__" not in llama.__dict__
     assert PretrainedConfig.__dict__["rope_scaling"] is rope and "max_length" not in PretrainedConfig.__dict__
     assert not hasattr(functional, "List") and "all_tied_weights_keys" not in PreTrainedModel.__dict__
@@ -226,7 +268,7 @@ def test_done_when_runner_with_minicpmv_workarounds_equals_the_fixed_variant(zoo
         got = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
         greedy = hf.generate_greedy(prompts, 8, images=images)
         statuses = {w.name: w.status for w in hf.report.workarounds}
-    assert statuses == dict.fromkeys(MINICPMV, "applied")
+    assert statuses == {name: named_outcome(name) for name in MINICPMV}
     with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, workarounds=MINICPMV) as fixed:
         want = fixed.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
         assert {w.name: w.status for w in fixed.workarounds}["minicpmv-pos-cache"] == "stale"
@@ -319,7 +361,10 @@ def test_cli_workaround_option_and_list(zoo_folder, capsys, tmp_path):
     status = {w["name"]: w["status"] for w in json.loads(captured.out)["workarounds"]}
     if IS_V5:
         assert status["minicpmv-pos-cache"] == "needed: resampler.pos_embed broken"
-        assert status["v4-attn-mask-utils"].startswith("needed: provided transformers.modeling_attn_mask_utils")
+        if "v4-attn-mask-utils" in NEEDED:
+            assert status["v4-attn-mask-utils"].startswith("needed: provided transformers.modeling_attn_mask_utils")
+        else:  # named by auto only where needed; the model's code uses the module this transformers has again
+            assert status["v4-attn-mask-utils"] == f"stale: transformers {TRANSFORMERS_VERSION} provides what it gives back"
     assert status["minicpmv-26-runner"] == "needed"
     code, captured = run("workarounds", "list", fixed, "--trust-remote-code", "--workaround", "auto", "--format", "json")
     assert {w["name"]: w["status"] for w in json.loads(captured.out)["workarounds"]}["minicpmv-pos-cache"] == "stale: resampler.pos_embed already correct"

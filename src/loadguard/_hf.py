@@ -98,6 +98,26 @@ def local_config(path: Any) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
+def config_dict(config: Any) -> dict:
+    """A loaded config as a dict to look things up in (``model_type``, ``architectures``, ``auto_map``, ...): its
+    ``to_dict()``, or, where a model's own config class breaks that (it raises, or returns something else), its
+    attributes. Never raises: a config is the model author's code."""
+    if config is None:
+        return {}
+    try:
+        document = config.to_dict()
+        if isinstance(document, dict):
+            return document
+    except Exception:  # the model's own to_dict: whatever it raises, the attributes are still there
+        pass
+    try:
+        document = {k: v for k, v in vars(config).items() if isinstance(k, str) and not k.startswith("__")}
+    except TypeError:
+        document = {}
+    document.setdefault("model_type", getattr(type(config), "model_type", None))
+    return document
+
+
 def folder_of(config: Any) -> Path | None:
     """The local folder a config was read from (its ``_name_or_path``), when it is one."""
     name = str(getattr(config, "_name_or_path", "") or "")
@@ -177,6 +197,13 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
             f"its dispatch, not of the model ({text})",
             "give every top-level module its own device (no '' entry next to per-module entries), or use "
             "--device-map auto with --max-memory",
+        )
+    if "Kernels are not available" in text:  # transformers >= 5.25 kernelizes every load unless told not to
+        return LoadguardError(
+            f"transformers {transformers.__version__} loads with hub kernels by default and the kernels package is missing "
+            f"or of another version ({text})",
+            "install it (pip install 'kernels>=0.19.1,<0.20': transformers depends on it), or turn hub kernels off: "
+            "USE_HUB_KERNELS=NO in the environment, or from_pretrained(..., use_kernels=False) / loadguard.load(..., use_kernels=False)",
         )
     frame = _remote_code_frame(error)
     matched = [w.name for w in registry.matching(error)]

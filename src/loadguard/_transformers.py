@@ -56,6 +56,19 @@ class Weightless(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs)
 
 
+WEIGHTLESS_METHOD = (
+    "transformers' own from_pretrained on a state dict of weightless meta tensors ({keys}); hub kernels not applied "
+    "(transformers >= 5.25 kernelizes every load by default: kernels swap layers' code, never their tensors, and refuse "
+    "the meta device)"
+)
+
+
+def weightless_load_options() -> dict:
+    """``from_pretrained`` options of a weightless load: no hub kernels (``use_kernels`` exists since transformers
+    4.54 and defaults to on from 5.25; ``kernelize`` raises on meta tensors, and swaps code, not tensors)."""
+    return {"use_kernels": False}
+
+
 def weightless_state_dict(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, Weightless]:
     return {key: Weightless(shape, dtype) for key, (shape, dtype) in shapes.items()}
 

@@ -40,6 +40,9 @@ def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = 
     outcome says which failure chose it)."""
     from . import workarounds as registry
 
+    # an after_load workaround is stale when its targets come out right: decided on leftover memory, a freed copy of
+    # the right table (the reference build's, an earlier load's) would make it look stale; under poison it cannot
+    poison = poison or registry.decides_on_memory(workarounds)
     if "dtype" in from_pretrained_kwargs:
         from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
     config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
@@ -75,7 +78,8 @@ def load(
             broken), ``"raise"`` (raise :class:`BrokenModelError` listing the bad tensors) or ``"warn"``
             (issue a :class:`LoadguardWarning` and return the model as loaded).
         poison: load inside :func:`loadguard.poison` so leftover memory is NaN / INT_MAX, never a
-            plausible value (slower: every allocation is written).
+            plausible value (slower: every allocation is written). Always on when ``after_load`` workarounds are
+            named: whether one is stale must not depend on what memory the load happened to get.
         checkpoint: where to read the checkpoint for the fidelity check (default: ``path`` when local).
         workarounds: names of registered workarounds (``loadguard workarounds list``) to apply; each must
             apply to the model. ``before_import`` ones run around the load, ``after_load`` ones after it

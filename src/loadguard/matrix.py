@@ -58,7 +58,7 @@ class Cell:
             return "unknown"
         for outcome in self.report.get("workarounds", []):
             if outcome["name"] == name:
-                return {"applied": "needed", "needed": "needed", "stale": "stale"}.get(outcome["status"], outcome["status"])
+                return {"applied": "needed", "needed": "needed", "stale": "stale", "not_applicable": "not applicable"}.get(outcome["status"], outcome["status"])
         return "not applicable"
 
     def to_dict(self) -> dict:

@@ -45,7 +45,7 @@ class Offloaded:
         self._places: dict[str, _Place] = {}
         self._missing: dict[str, str] = {}
         for module_name, module in model.named_modules():
-            hook = _align_hook(getattr(module, "_hf_hook", None))
+            hook = _align_hook(vars(module).get("_hf_hook"))  # accelerate sets it on the instance; never the module's own __getattr__
             if hook is None or not getattr(hook, "offload", False) or getattr(hook, "weights_map", None) is None:
                 continue
             held = set(_keys(hook.weights_map))

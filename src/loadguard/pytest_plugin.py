@@ -245,7 +245,7 @@ def _patch_from_pretrained(session: _Session, PreTrainedModel) -> None:
         def attempt(active):
             from .poison import poison
 
-            with poison() if session.poison else contextlib.nullcontext():
+            with poison() if session.poison or registry.decides_on_memory(selection) else contextlib.nullcontext():
                 return function(cls, *args, **kwargs)
 
         try:

@@ -116,7 +116,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             "pass reference=None to audit without it, or audit a transformers PreTrainedModel",
         )
     dtype = _model_dtype(model)
-    key = (model_class, config.to_json_string(use_diff=False), dtype, detect_random)
+    key = (model_class, config_fingerprint(config), dtype, detect_random)
     if use_cache:
         with _cache_lock:
             if key in _cache:
@@ -177,6 +177,71 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
     return reference
+
+
+def config_fingerprint(config) -> str:
+    """What identifies a config for the cache: a hash of its attributes, walked as data (never through its own
+    ``to_dict`` / JSON, which a model's config class may override or break: a ``torch.dtype``, a set, a NaN, a
+    non-string key, a sub-config that is an object). Values with no stable form are keyed by identity: a cache miss,
+    never a wrong hit."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    _feed(digest, config, set(), 0)
+    return digest.hexdigest()
+
+
+def _feed(digest, value, seen: set[int], depth: int) -> None:
+    def put(*parts) -> None:
+        for part in parts:
+            digest.update(str(part).encode("utf-8", "backslashreplace"))
+            digest.update(b"\x00")
+
+    if depth > 64 or id(value) in seen:
+        put("ref", id(value))
+        return
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        put(type(value).__name__, repr(value))
+    elif isinstance(value, float):
+        put("float", "nan" if value != value else repr(value))
+    elif isinstance(value, (torch.dtype, torch.device)):
+        put(type(value).__name__, str(value))
+    elif isinstance(value, torch.Tensor):
+        put("tensor", id(value))
+    elif isinstance(value, dict):
+        seen.add(id(value))
+        put("dict", len(value))
+        items = [(_sort_key(k), k, v) for k, v in value.items()]
+        for _, k, v in sorted(items, key=lambda item: item[0]):
+            _feed(digest, k, seen, depth + 1)
+            _feed(digest, v, seen, depth + 1)
+        seen.discard(id(value))
+    elif isinstance(value, (list, tuple)):
+        seen.add(id(value))
+        put(type(value).__name__, len(value))
+        for item in value:
+            _feed(digest, item, seen, depth + 1)
+        seen.discard(id(value))
+    elif isinstance(value, (set, frozenset)):
+        put(type(value).__name__, len(value))
+        for key in sorted(_sort_key(item) for item in value):
+            put(key)
+    else:
+        attributes = getattr(value, "__dict__", None)
+        put("object", f"{type(value).__module__}.{type(value).__qualname__}")
+        if isinstance(attributes, dict):
+            seen.add(id(value))
+            _feed(digest, {k: v for k, v in attributes.items() if not (isinstance(k, str) and k.startswith("__"))}, seen, depth + 1)
+            seen.discard(id(value))
+        else:
+            put("id", id(value))
+
+
+def _sort_key(value) -> str:
+    try:
+        return f"{type(value).__name__}:{value!r}"
+    except Exception:
+        return f"{type(value).__name__}:{id(value)}"
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

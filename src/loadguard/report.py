@@ -110,6 +110,8 @@ class AuditReport:
     """:class:`loadguard.workarounds.WorkaroundOutcome` of every workaround applied or found stale."""
     mode: str = "audit"
     """``audit`` (a loaded model compared tensor by tensor) or ``scan`` (a load predicted without weights)."""
+    method: str = ""
+    """How the model was obtained, where it matters to the verdict (a scan: the weightless load and what it skips)."""
     _context: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -138,6 +140,7 @@ class AuditReport:
             "model": self.model,
             "model_class": self.model_class,
             "mode": self.mode,
+            "method": self.method or None,
             "checkpoint": self.checkpoint,
             "ok": self.ok,
             "findings": [f.to_dict() for f in self.findings],

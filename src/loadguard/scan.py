@@ -39,6 +39,8 @@ from ._transformers import (
     meta_writes_skipped,
     parameters_stay_on_meta,
     recording_init_writes,
+    weightless_load_options,
+    WEIGHTLESS_METHOD,
     weightless_state_dict,
 )
 from .audit import _summary, computed_state, meta_leftovers, versions
@@ -133,7 +135,7 @@ def scan(
             config = source.config_object if source.config_object is not None else _load_config(source, trust_remote_code)
             concrete = _concrete_class(auto_class, config, source, trust_remote_code)
             _refuse_own_loader(concrete)
-            kwargs: dict[str, Any] = {"config": config}
+            kwargs: dict[str, Any] = {"config": config, **weightless_load_options()}
             if parsed_dtype is not None:
                 kwargs["dtype"] = parsed_dtype
             with contextlib.ExitStack() as stack:
@@ -219,6 +221,9 @@ def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dic
         versions=versions(),
         seconds=seconds,
         mode="scan",
+        method=WEIGHTLESS_METHOD.format(
+            keys="keys, shapes and dtypes from the checkpoint's safetensors headers" if mode == "header" else "every key of the model's own state dict"
+        ),
     )
 
 
@@ -232,7 +237,7 @@ def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, 
     if isinstance(path_or_config, PretrainedConfig):
         config = path_or_config
         folder = _hf.folder_of(config)
-        document = config.to_dict()
+        document = _hf.config_dict(config)
         if document.get("auto_map") and not trust_remote_code:
             from .errors import RemoteCodeNotTrustedError
 

@@ -11,7 +11,9 @@ from ._common import ExitCode, load_model, stderr, stdout, workarounds_from_opti
 
 def _status(item, model, report, runner) -> str:
     """needed / stale / not applicable, measured on the loaded model."""
-    config = model.config.to_dict()
+    from .. import _hf
+
+    config = _hf.config_dict(model.config)
     if not item.applies(config):
         return "not applicable"
     if item.stage == "after_load":
@@ -22,7 +24,9 @@ def _status(item, model, report, runner) -> str:
         return f"needed: {', '.join(broken)} broken" if broken else f"stale: {', '.join(targets)} already correct"
     if item.stage == "runner":
         return "needed" if item.needed is None or item.needed(runner) else "stale"
-    return "applies (before import: load with --workaround auto to see whether it is needed)"
+    from .. import workarounds as registry
+
+    return registry.judge_before_import(item, registry.model_code(getattr(model.config, "_name_or_path", None)))
 
 
 @click.group()
@@ -55,7 +59,8 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
         runner = HfRunner.from_model(model, auto_workarounds=False)
         statuses = {item.name: _status(item, model, report, runner) for item in items}
         for outcome in early:  # before_import: what this load did with them
-            statuses[outcome.name] = "needed: " + (outcome.detail or "applied") if outcome.status == "applied" else "stale: " + outcome.detail
+            word = {"applied": "needed", "not_applicable": "not applicable"}.get(outcome.status, outcome.status)
+            statuses[outcome.name] = f"{word}: " + (outcome.detail or "applied")
     rows = [
         {
             "name": w.name,

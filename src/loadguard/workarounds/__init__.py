@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import re
@@ -88,6 +89,17 @@ class Workaround:
     fixes: tuple[Signature, ...] = ()
     source: str = BUILT_IN
     """Where it was registered: ``built-in``, ``entry point NAME (DIST)``, ``file PATH`` or ``module NAME``."""
+    native: Callable[[], bool] | None = None
+    """``before_import``: whether the running transformers / torch has what the workaround gives back (then it
+    does nothing, and is ``stale`` for the models that use that thing)."""
+    touches: Callable[[list[str]], bool] | None = None
+    """``before_import``: whether a model's code (the sources of its ``*.py`` files) uses what the workaround gives
+    back: with ``native``, what tells ``stale`` (this model needed it; this transformers has it again) from
+    ``not applicable`` (this model never hits it)."""
+
+    def is_native(self) -> bool | None:
+        """Whether the running transformers / torch provides what this workaround gives back (None: not declared)."""
+        return bool(self.native()) if self.native is not None else None
 
     def fixes_error(self, error: BaseException) -> bool:
         """Whether ``error`` (or an exception it was raised from) is one of the failures this workaround fixes."""
@@ -109,12 +121,14 @@ class Workaround:
 
 @dataclass(frozen=True)
 class WorkaroundOutcome:
-    """What one workaround did on one load: ``applied`` (with how many things it fixed) or ``stale``; in a scan,
-    an ``after_load`` workaround is ``needed`` (its targets are predicted broken) or ``stale``, never applied."""
+    """What one workaround did on one load: ``applied`` (with how many things it fixed: the model needed it),
+    ``stale`` (the model used to need it, and what it fixes is now right without it: remove it) or
+    ``not_applicable`` (this model never hits what it fixes); in a scan, an ``after_load`` workaround is
+    ``needed`` (its targets are predicted broken) or ``stale``, never applied."""
 
     name: str
     stage: str
-    status: str  # "applied" | "stale"
+    status: str  # "applied" | "stale" | "not_applicable" | (a scan's after_load) "needed"
     fixed: int = 0
     detail: str = ""
     upstream: str = ""
@@ -159,6 +173,8 @@ def workaround(
     targets: Callable[[Any], list[str]] | None = None,
     needed: Callable[[Any], bool] | None = None,
     fixes: Sequence[tuple[str, str] | Signature] = (),
+    native: Callable[[], bool] | None = None,
+    touches: str | Callable[[list[str]], bool] | None = None,
 ):
     """Register the decorated function as workaround ``name`` (see the module docstring for stages).
 
@@ -166,6 +182,10 @@ def workaround(
     ``upstream``: where the real fix is tracked, ``"<project>#<issue>"``.
     ``fixes``: the failures it fixes, as ``(exception type name, message regex)`` pairs: errors that match
     name it in their hint, and ``workarounds="auto"`` applies it when the load fails that way.
+    ``native`` (``before_import``): ``() -> bool``, whether the running transformers / torch has what it gives
+    back; ``touches``: a regular expression (or ``sources -> bool``) saying whether a model's code uses that thing.
+    With both, a load it changed nothing in is ``stale`` when the model uses the thing and the running versions
+    have it again, ``not_applicable`` otherwise; without them, ``stale``.
 
     Example (in an engine suite's conftest, or a file passed with ``--workarounds-from``)::
 
@@ -183,15 +203,36 @@ def workaround(
     if stage == "after_load" and targets is None:
         raise ValueError(f"after_load workaround {name!r} needs targets=: the tensors it fixes, for stale detection")
     signatures = tuple(f if isinstance(f, Signature) else Signature(*f) for f in fixes)
+    if isinstance(touches, str):
+        touches = functools.partial(_searches, re.compile(touches))
 
     def register(fn):
         source = _source.get() or f"module {getattr(fn, '__module__', '?')}"
         REGISTRY[name] = Workaround(
-            name, stage, fn, applies_to if callable(applies_to) else tuple(applies_to), reason, upstream, targets, needed, signatures, source
+            name, stage, fn, applies_to if callable(applies_to) else tuple(applies_to), reason, upstream, targets, needed, signatures, source,
+            native, touches,
         )
         return fn
 
     return register
+
+
+def _searches(pattern: re.Pattern, sources: list[str]) -> bool:
+    return any(pattern.search(source) for source in sources)
+
+
+def model_code(path: Any) -> list[str]:
+    """The model's own code: the source of every ``*.py`` file of its folder (none without a local folder)."""
+    folder = Path(str(path)) if path is not None else None
+    if folder is None or not folder.is_dir():
+        return []
+    sources = []
+    for file in sorted(folder.glob("*.py")):
+        try:
+            sources.append(file.read_text(errors="replace"))
+        except OSError:
+            continue
+    return sources
 
 
 def get(name: str) -> Workaround:
@@ -235,6 +276,12 @@ def wants_auto(selection: str | Sequence[str | Workaround] | None) -> bool:
 def resolve(selection: str | Sequence[str | Workaround] | None) -> list[Workaround]:
     """The registered workarounds a selection names (``auto`` is not one: see :func:`wants_auto`)."""
     return [n if isinstance(n, Workaround) else get(n) for n in names_of(selection) if n != AUTO]
+
+
+def decides_on_memory(selection: str | Sequence[str | Workaround] | None) -> bool:
+    """Whether the selection holds ``after_load`` workarounds: their staleness is read off the loaded values, so
+    the load must run under :func:`loadguard.poison` (leftover memory never passes for a right value)."""
+    return any(w.stage == "after_load" for w in resolve(selection))
 
 
 def matching(error: BaseException, stage: str | None = "before_import") -> list[Workaround]:
@@ -364,7 +411,33 @@ def before_import(
         if usage.count:
             outcomes.append(WorkaroundOutcome(item.name, item.stage, "applied", usage.count, usage.detail, item.upstream, why))
         else:
-            outcomes.append(dataclasses.replace(_stale(item, f"loads {_model_label(config)} without it", strict), auto=why))
+            outcomes.append(dataclasses.replace(_unused(item, path, config, strict), auto=why))
+
+
+def judge_before_import(item: Workaround, sources: list[str]) -> str:
+    """Without loading: whether a ``before_import`` workaround is needed, stale or not applicable for a model whose
+    code is ``sources`` (from what it declares: ``native``, ``touches``)."""
+    native = item.is_native()
+    if native is None or item.touches is None:
+        return "applies (before import: load with --workaround auto to see whether it is needed)"
+    if not item.touches(sources):
+        return "not applicable: the model's code does not use what it gives back"
+    if native:
+        return f"stale: {_versions()} provides what it gives back"
+    return f"needed: the model's code uses what {_versions()} lacks"
+
+
+def _unused(item: Workaround, path: Any, config: dict, strict: bool) -> WorkaroundOutcome:
+    """The outcome of a ``before_import`` workaround that changed nothing during a load: ``stale`` when the model's
+    code uses what it gives back and the running versions have that again; ``not_applicable`` when the model
+    never hits it. A workaround that declares neither (``native``, ``touches``) is ``stale``, as it cannot tell."""
+    native = item.is_native()
+    if native is None or item.touches is None:
+        return _stale(item, f"loads {_model_label(config)} without it", strict)
+    if native and item.touches(model_code(path)):
+        return _stale(item, f"provides what it gives back, which {_model_label(config)} uses", strict)
+    why = "its code does not use what it gives back" if native else "its load never reached what it gives back"
+    return WorkaroundOutcome(item.name, item.stage, "not_applicable", 0, f"not applicable to {_model_label(config)}: {why}", item.upstream)
 
 
 def _describe(error: BaseException) -> str:
@@ -447,12 +520,18 @@ def construction(model_or_names: Any, config: dict | None = None, path: Any = No
     if path is None and model_config is not None:
         path = _hf.folder_of(model_config)
     if config is None:
-        config = {**(model_config.to_dict() if model_config is not None else {}), **(_hf.local_config(path) or {})}
+        config = {**_hf.config_dict(model_config), **(_hf.local_config(path) or {})}
     with contextlib.ExitStack() as stack:
         for item in resolve(list(names)):
             if item.stage == "before_import":
                 stack.enter_context(item.fn(path, config))
         yield
+
+
+def _config_of(model: Any) -> dict:
+    from .. import _hf
+
+    return _hf.config_dict(getattr(model, "config", None))
 
 
 def _targets(item: Workaround, model: Any, config: dict) -> list[str]:
@@ -475,7 +554,7 @@ def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, s
     from ..audit import audit
 
     outcomes = []
-    config = model.config.to_dict()
+    config = _config_of(model)
     for item in (w for w in items if w.stage == "after_load"):
         targets = _targets(item, model, config)
         report = report if report is not None else audit(model)
@@ -498,7 +577,7 @@ def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, 
     """A scan's view of the ``after_load`` workarounds: ``needed`` where a target is predicted broken, ``stale``
     where every target is predicted correct. Nothing is applied (there are no weights to apply them to)."""
     outcomes = []
-    config = model.config.to_dict()
+    config = _config_of(model)
     for item in (w for w in items if w.stage == "after_load"):
         targets = _targets(item, model, config)
         broken = sorted({f.tensor for f in report.failures} & set(targets))
@@ -529,7 +608,7 @@ def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = 
 def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False, automatic: Sequence[Workaround] = ()) -> list[WorkaroundOutcome]:
     """Apply the ``runner`` workarounds named in ``items`` (they must apply) and those in ``automatic``
     that apply to the runner's model (engine suites patch their reference runner per model)."""
-    config = runner.model.config.to_dict()
+    config = _config_of(runner.model)
     outcomes = []
     named = [w for w in items if w.stage == "runner"]
     for item in named:
@@ -561,12 +640,15 @@ __all__ = [
     "audit_after_load",
     "before_import",
     "construction",
+    "decides_on_memory",
     "external_errors",
     "fixes_for",
     "for_runner",
     "get",
+    "judge_before_import",
     "load_file",
     "matching",
+    "model_code",
     "predict_after_load",
     "remember",
     "resolve",

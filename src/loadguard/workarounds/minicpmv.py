@@ -10,8 +10,17 @@ from . import workaround
 MINICPMV = ("minicpmv", "lgminicpmv", "MiniCPMV", "LgMiniCPMV")
 
 
+def _has(module, name: str) -> bool:
+    """``hasattr`` for a model's modules, whose own ``__getattr__`` may raise anything for a name they lack."""
+    try:
+        getattr(module, name)
+    except Exception:
+        return False
+    return True
+
+
 def _pos_cache_modules(model) -> list[tuple[str, Any]]:
-    return [(name, module) for name, module in model.named_modules() if hasattr(module, "_set_2d_pos_cache") and hasattr(module, "pos_embed")]
+    return [(name, module) for name, module in model.named_modules() if _has(module, "_set_2d_pos_cache") and _has(module, "pos_embed")]
 
 
 def _pos_cache_targets(model) -> list[str]:

@@ -37,6 +37,13 @@ def _leaked_names(source: str) -> set[str]:
     return (used & set(TYPING_ALIASES)) - defined
 
 
+def _leaked_names_or_none(source: str) -> set[str]:
+    try:
+        return _leaked_names(source)
+    except (SyntaxError, ValueError):
+        return set()
+
+
 @workaround(
     "remote-code-typing-aliases",
     applies_to=has_remote_code,
@@ -45,6 +52,8 @@ def _leaked_names(source: str) -> set[str]:
     "which current torch no longer leaks (NameError on import)",
     upstream="vllm#51432",
     fixes=[("NameError", r"name '(" + "|".join(TYPING_ALIASES) + r")' is not defined")],
+    native=lambda: all(hasattr(__import__("torch.nn.functional", fromlist=["*"]), name) for name in TYPING_ALIASES),
+    touches=lambda sources: any(_leaked_names_or_none(source) for source in sources),
 )
 @contextlib.contextmanager
 def typing_aliases(path, config: dict) -> Iterator[Usage]:
@@ -86,6 +95,15 @@ class _TiedKeysShim:
         obj.__dict__["all_tied_weights_keys"] = value
 
 
+def _v4_tied_weights(source: str) -> bool:
+    """Code written for 4.x's tying: ``_tied_weights_keys`` as a list, or a model class that never calls ``post_init()``."""
+    import re
+
+    if re.search(r"_tied_weights_keys\s*(:[^=]*)?=\s*[\[(]", source):
+        return True
+    return "PreTrainedModel" in source and "post_init(" not in source
+
+
 @workaround(
     "v4-tied-weights-keys",
     applies_to=has_remote_code,
@@ -94,6 +112,8 @@ class _TiedKeysShim:
     "('... object has no attribute all_tied_weights_keys')",
     upstream="transformers#46620",
     fixes=[("AttributeError", r"has no attribute 'all_tied_weights_keys'")],
+    native=lambda: not hasattr(__import__("transformers").PreTrainedModel, "get_expanded_tied_weights_keys"),  # 4.x
+    touches=lambda sources: any(_v4_tied_weights(source) for source in sources),
 )
 @contextlib.contextmanager
 def v4_tied_weights_keys(path, config: dict) -> Iterator[Usage]:

@@ -98,6 +98,18 @@ def module_attributes(module: types.ModuleType, provide: dict[str, Callable[[], 
             module.__getattr__ = previous
 
 
+def _has_module(name: str) -> bool:
+    try:
+        return name in sys.modules or importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _has_attribute(module: str, *names: str) -> bool:
+    found = importlib.import_module(module)
+    return all(name in vars(found) for name in names)
+
+
 # ----------------------------------------------------------------------------------------------------
 # transformers.modeling_attn_mask_utils
 
@@ -110,12 +122,14 @@ def module_attributes(module: types.ModuleType, provide: dict[str, Callable[[], 
     "AttentionMaskConverter from transformers.modeling_attn_mask_utils, which transformers 5 removed",
     upstream="the model's repository (transformers 5 removed the module)",
     fixes=[("ModuleNotFoundError", r"No module named 'transformers\.modeling_attn_mask_utils'")],
+    native=lambda: _has_module("transformers.modeling_attn_mask_utils"),  # 4.x, and 5.25 (deprecated)
+    touches=r"modeling_attn_mask_utils",
 )
 @contextlib.contextmanager
 def attn_mask_utils(path, config: dict) -> Iterator[Usage]:
     name = "transformers.modeling_attn_mask_utils"
     usage = Usage()
-    if name in sys.modules or importlib.util.find_spec(name) is not None:  # transformers 4.x has it
+    if _has_module(name):  # transformers 4.x and 5.25 have it
         yield usage
         return
     from . import _attn_mask_v4
@@ -155,6 +169,8 @@ def is_torch_fx_available() -> bool:
     reason="remote code that imports is_torch_fx_available from transformers.utils (removed in transformers 5)",
     upstream="the model's repository (transformers 5 removed the function)",
     fixes=[("ImportError", r"cannot import name 'is_torch_fx_available' from 'transformers\.utils")],
+    native=lambda: _has_attribute("transformers.utils", "is_torch_fx_available"),
+    touches=r"\bis_torch_fx_available\b",
 )
 @contextlib.contextmanager
 def torch_fx_available(path, config: dict) -> Iterator[Usage]:
@@ -188,6 +204,8 @@ def v4_rope_scaling(parameters: dict | None) -> dict | None:
     "{'rope_theta': ..., 'rope_type': 'default'} (KeyError: 'type'); the model's code gets None back, as in 4.x",
     upstream="the model's repository (read config.rope_parameters)",
     fixes=[("KeyError", r"^'type'$")],
+    native=lambda: not isinstance(importlib.import_module("transformers").PretrainedConfig.__dict__.get("rope_scaling"), property),
+    touches=r"rope_scaling\s*(\[|\.get\()",
 )
 @contextlib.contextmanager
 def rope_scaling(path, config: dict) -> Iterator[Usage]:
@@ -229,6 +247,8 @@ def rope_scaling(path, config: dict) -> Iterator[Usage]:
     "kernel from config._attn_implementation",
     upstream="the model's repository (import LlamaAttention)",
     fixes=[("ImportError", r"cannot import name 'Llama(FlashAttention2|SdpaAttention)'")],
+    native=lambda: _has_attribute("transformers.models.llama.modeling_llama", "LlamaFlashAttention2", "LlamaSdpaAttention"),
+    touches=r"\bLlama(FlashAttention2|SdpaAttention)\b",
 )
 @contextlib.contextmanager
 def llama_attention_classes(path, config: dict) -> Iterator[Usage]:
@@ -259,6 +279,14 @@ class _GenerationDefault:
         return self.from_json.get(self.name, self.value)
 
 
+def _missing_generation_defaults() -> list[str]:
+    """The 4.x generation defaults the running transformers' configs lack."""
+    from transformers import PretrainedConfig
+
+    probe = PretrainedConfig()
+    return [name for name in V4_GENERATION_DEFAULTS if not hasattr(probe, name) and name not in PretrainedConfig.__dict__]
+
+
 @workaround(
     "v4-config-generation-defaults",
     applies_to=has_remote_code,
@@ -267,14 +295,15 @@ class _GenerationDefault:
     "which transformers 5 configs no longer carry",
     upstream="the model's repository (read generation settings from model.generation_config)",
     fixes=[("AttributeError", r"object has no attribute '(" + "|".join(V4_GENERATION_DEFAULTS) + r")'")],
+    native=lambda: not _missing_generation_defaults(),
+    touches=r"config\.(" + "|".join(V4_GENERATION_DEFAULTS) + r")\b",
 )
 @contextlib.contextmanager
 def config_generation_defaults(path, config: dict) -> Iterator[Usage]:
     from transformers import PretrainedConfig
 
     usage = Usage()
-    probe = PretrainedConfig()
-    missing = [name for name in V4_GENERATION_DEFAULTS if not hasattr(probe, name) and name not in PretrainedConfig.__dict__]
+    missing = _missing_generation_defaults()
     from_json = {name: config[name] for name in missing if name in config}
     for name in missing:
         setattr(PretrainedConfig, name, _GenerationDefault(name, V4_GENERATION_DEFAULTS[name], usage, from_json))

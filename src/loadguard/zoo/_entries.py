@@ -31,13 +31,32 @@ class ZooEntry:
     prompts: tuple[str, ...] = ("describe what you see .",)
     image_sizes: tuple[tuple[int, int], ...] = ()
     """(width, height) of the demo images each prompt's ``<image>`` placeholders take, in order."""
-    load_error: str | None = None
-    """The exception a plain ``from_pretrained`` of this entry raises on transformers 5 (code written for 4.x)."""
-    workarounds: tuple[str, ...] = ()
-    """The ``before_import`` workarounds its code needs on transformers 5 to import and construct."""
+    failures: tuple[tuple[str, str], ...] = ()
+    """Code written for transformers 4.x: ``(workaround, exception)`` in the order a plain ``from_pretrained`` meets
+    them on a transformers that lacks what each workaround gives back."""
     config_json: dict[str, Any] = field(default_factory=dict)
     """Keys its config.json holds as an older transformers wrote them."""
     config_json_drop: tuple[str, ...] = ()
+
+    @property
+    def workarounds(self) -> tuple[str, ...]:
+        """The ``before_import`` workarounds its code may need to import and construct (those the running
+        transformers / torch makes unnecessary change nothing)."""
+        return tuple(name for name, _ in self.failures)
+
+    @property
+    def needed_workarounds(self) -> tuple[str, ...]:
+        """Those the running transformers / torch lacks what they give back for: the ones its load needs here."""
+        from ..workarounds import get
+
+        return tuple(name for name in self.workarounds if not get(name).is_native())
+
+    @property
+    def load_error(self) -> str | None:
+        """The exception a plain ``from_pretrained`` of this entry raises here (None: it loads, e.g. transformers
+        4.x, or 5.25 for code that only needs ``transformers.modeling_attn_mask_utils``)."""
+        needed = self.needed_workarounds
+        return next((error for name, error in self.failures if name in needed), None)
 
     @property
     def takes_images(self) -> bool:
@@ -70,7 +89,11 @@ _TOY_NP = (
 )
 _VLM_PROMPTS = ("(<image>./</image>) describe what you see .", "(<image>./</image>) (<image>./</image>) what do you see ?")
 # MiniCPM-V 2.6's remote code fails on transformers 5 in this order, each fixed by the next workaround
-_MINICPMV_WORKAROUNDS = ("v4-attn-mask-utils", "remote-code-typing-aliases", "v4-tied-weights-keys")
+_MINICPMV_FAILURES = (
+    ("v4-attn-mask-utils", "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"),
+    ("remote-code-typing-aliases", "NameError: name 'List' is not defined"),
+    ("v4-tied-weights-keys", "AttributeError: 'LgMiniCPMV' object has no attribute 'all_tied_weights_keys'"),
+)
 
 ENTRIES: dict[str, ZooEntry] = {
     e.name: e
@@ -85,8 +108,7 @@ ENTRIES: dict[str, ZooEntry] = {
             expected=(ExpectedFinding("resampler.pos_embed", "uninitialized"),),
             prompts=_VLM_PROMPTS,
             image_sizes=((48, 32), (32, 32), (24, 40)),
-            load_error="ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'",
-            workarounds=_MINICPMV_WORKAROUNDS,
+            failures=_MINICPMV_FAILURES,
         ),
         ZooEntry(
             "minicpmv_like_fixed",
@@ -95,8 +117,7 @@ ENTRIES: dict[str, ZooEntry] = {
             config={"fixed": True},
             prompts=_VLM_PROMPTS,
             image_sizes=((48, 32), (32, 32), (24, 40)),
-            load_error="ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'",
-            workarounds=_MINICPMV_WORKAROUNDS,
+            failures=_MINICPMV_FAILURES,
         ),
         ZooEntry(
             "np_buffer",
@@ -173,8 +194,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "fails to import on current torch; once imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP,
-            load_error="NameError: name 'List' is not defined",
-            workarounds=("remote-code-typing-aliases",),
+            failures=(("remote-code-typing-aliases", "NameError: name 'List' is not defined"),),
         ),
         ZooEntry(
             "v4_tied_weights",
@@ -183,8 +203,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(v5: no attribute 'all_tied_weights_keys'); once loaded, its buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP,
-            load_error="AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'",
-            workarounds=("v4-tied-weights-keys",),
+            failures=(("v4-tied-weights-keys", "AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'"),),
         ),
         ZooEntry(
             "v4_attn_mask",
@@ -193,8 +212,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(removed in v5); once imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP,
-            load_error="ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'",
-            workarounds=("v4-attn-mask-utils",),
+            failures=(("v4-attn-mask-utils", "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"),),
         ),
         ZooEntry(
             "v4_torch_fx",
@@ -203,8 +221,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP,
-            load_error="ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils'",
-            workarounds=("v4-torch-fx-available",),
+            failures=(("v4-torch-fx-available", "ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils'"),),
         ),
         ZooEntry(
             "v4_rope_scaling",
@@ -213,8 +230,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(v5: KeyError 'type'); its rotary inv_freq and other buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
-            load_error="KeyError: 'type'",
-            workarounds=("v4-rope-scaling",),
+            failures=(("v4-rope-scaling", "KeyError: 'type'"),),
             config_json={"rope_scaling": None, "rope_theta": 10000.0},
             config_json_drop=("rope_parameters",),
         ),
@@ -225,8 +241,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP,
-            load_error="ImportError: cannot import name 'LlamaFlashAttention2' from 'transformers.models.llama.modeling_llama'",
-            workarounds=("v4-llama-attention-classes",),
+            failures=(("v4-llama-attention-classes", "ImportError: cannot import name 'LlamaFlashAttention2' from 'transformers.models.llama.modeling_llama'"),),
         ),
         ZooEntry(
             "v4_max_length",
@@ -235,8 +250,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "buffers are not rebuilt",
             failure_mode="a",
             expected=_TOY_NP,
-            load_error="AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'",
-            workarounds=("v4-config-generation-defaults",),
+            failures=(("v4-config-generation-defaults", "AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'"),),
         ),
         ZooEntry(
             "clean",
