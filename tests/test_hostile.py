@@ -138,7 +138,7 @@ leaves = st.fixed_dictionaries(
         "size": st.integers(2, 5),
         "view_of_parameter": st.booleans(),
         "subclass": st.booleans(),
-        "raising_getattr": st.booleans(),
+        "raising_getattr": st.sampled_from([False, False, False, True]),  # 4.57 cannot construct such a model at all
     }
 )
 hashable = st.one_of(st.integers(-5, 5), st.text(max_size=4), st.tuples(st.integers(0, 3)))
@@ -187,17 +187,20 @@ def build(tree: list[dict], settings_: dict):
     return cls, config
 
 
-def expected_failures(model, tree: list[dict]) -> set[str]:
-    """What transformers 5 leaves wrong on this model: every non-persistent buffer its _init_weights does not
-    rebuild (and the parameter views and tensor-subclass buffers, never rebuilt)."""
+def expected_failures(tree: list[dict]) -> set[str]:
+    """What a load leaves wrong on this model: a buffer that is a view of a parameter on any meta-device load (4.57
+    leaves it on meta, 5.x gives it fresh memory); on transformers 5, every non-persistent buffer its _init_weights
+    does not rebuild (the tensor-subclass buffers included)."""
     out = set()
     for index, spec in enumerate(tree):
         prefix = f"children_.{index}.leaf"
+        if spec["view_of_parameter"]:
+            out.add(f"{prefix}.view")
+        if not IS_V5:
+            continue
         for number, (kind, persistent, rebuilt) in enumerate(spec["buffers"]):
             if not persistent and not rebuilt:
                 out.add(f"{prefix}.b{number}")
-        if spec["view_of_parameter"]:
-            out.add(f"{prefix}.view")
         if spec["subclass"]:
             out.add(f"{prefix}.tagged")
     return out
@@ -220,7 +223,11 @@ def audited(run):
 def test_any_config_and_module_tree_ends_in_a_correct_audit_or_one_typed_error(tree, settings_):
     cls, config = build(tree, settings_)
     torch.manual_seed(0)
-    model = cls(config)  # constructed in real memory: exactly what its code computes
+    try:
+        model = cls(config)  # constructed in real memory: exactly what its code computes
+    except Exception as error:  # transformers' own construction refused it (4.57 probes modules with hasattr)
+        event(f"transformers could not construct it: {type(error).__name__}")
+        return
 
     report = audited(lambda: loadguard.audit(model, checkpoint=False))
     assert report is not None, "a model as constructed must be auditable"
@@ -241,7 +248,7 @@ def test_any_config_and_module_tree_ends_in_a_correct_audit_or_one_typed_error(t
     report = audited(lambda: loadguard.audit(loaded, checkpoint=False))
     assert report is not None
     failing = {f.tensor for f in report.failures}
-    assert failing == (expected_failures(loaded, tree) if IS_V5 else set())
+    assert failing == expected_failures(tree)
     if failing:
         result = loadguard.repair(loaded, report)
         repairable = {name for name in failing if not name.endswith(".view")}  # a view's value is the parameter's
