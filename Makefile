@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-compat bench bench-large clean
+.PHONY: demo test test-slow test-compat test-versions bench bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -22,6 +22,12 @@ test-slow: $(STAMP)
 # The suite against transformers 4.57 (pre-v5 loading): the failure modes skip, naming the version.
 test-compat: $(COMPAT_STAMP)
 	$(COMPAT)/bin/python -m pytest -n auto
+
+# Not in CI (about 30-60 min, needs the package index): the scan's self-check, the scan-vs-full-audit differential
+# over every zoo entry and the zoo's expectations on 4.57.6, 5.0.0, every 5.x minor's last patch and the newest
+# release, each in the matrix's cached environments; prints the README's "Before you bump" table (versions.md)
+test-versions: $(STAMP)
+	$(BIN)/python tools/test_versions.py --jobs 2 | tee versions.md
 
 $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)

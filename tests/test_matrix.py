@@ -12,7 +12,7 @@ from loadguard import matrix as matrix_module
 
 from .conftest import TRANSFORMERS_VERSION
 
-V4, V5 = "4.57.6", "5.24.0"  # the two lines this project pins (constraints-compat.txt, constraints.txt)
+V4, V5 = "4.57.6", "5.25.0"  # the two lines this project pins (constraints-compat.txt, constraints.txt)
 
 
 def test_specifiers_expand_to_released_versions_spread_evenly(monkeypatch):
@@ -31,7 +31,7 @@ def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch):
     monkeypatch.setattr(envs, "environment", lambda version: envs.Environment(version, envs.cache_root(), ok=version != "5.7.0", reason="no wheel"))
     ran = []
 
-    def fake_run_in(environment, cells, full):
+    def fake_run_in(environment, cells, full, checks=None):
         ran.append(environment.version)
         if not environment.ok:
             return [matrix_module.Cell(cells[0][0], environment.version, "unavailable", error=environment.reason)]
@@ -40,10 +40,10 @@ def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch):
         return [matrix_module.Cell(cells[0][0], environment.version, "findings" if broken else "clean", report)]
 
     monkeypatch.setattr(matrix_module, "_run_in", fake_run_in)
-    result = matrix_module.bisect("m", V4, "5.24.0")
+    result = matrix_module.bisect("m", V4, "5.24.0")  # a made-up history
     assert result.first_changed == "5.9.0" and result.candidates == 26
     assert len(ran) <= 2 + 6 and len(set(ran)) == len(ran)  # about log2(26) cells, none twice
-    monkeypatch.setattr(matrix_module, "_run_in", lambda environment, cells, full: [matrix_module.Cell("m", environment.version, "clean", {"findings": []})])
+    monkeypatch.setattr(matrix_module, "_run_in", lambda environment, cells, full, checks=None: [matrix_module.Cell("m", environment.version, "clean", {"findings": []})])
     assert matrix_module.bisect("m", V4, "5.24.0").first_changed is None
 
 
@@ -96,6 +96,9 @@ def test_matrix_over_the_two_lines(environment_cache, zoo_folder, monkeypatch, c
     environments = {e["transformers"]: e for e in document["environments"]}
     assert environments[V4]["ok"] and environments[V5]["ok"] and not environments["99.0.0"]["ok"]
     assert environments[V4]["created"] is False  # made once for the session, reused here
+    for version in (V4, V5):  # the scan's self-check ran in each environment before its cells
+        assert environments[version]["selfcheck"]["ok"] is True and environments[version]["selfcheck"]["differing"] == []
+    assert environments["99.0.0"]["selfcheck"] is None
     assert TRANSFORMERS_VERSION  # the running interpreter's own transformers is untouched by all this
 
 
@@ -110,3 +113,21 @@ def test_bisect_finds_when_transformers_stopped_overwriting_every_loaded_weight(
     after = next(c for c in result.cells if c.transformers == result.first_changed)
     assert len(before.failures) == 25 and after.failures == ["lm_head.weight"]
     print(f"first version that overwrites only the head: {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)")
+
+
+def test_one_cell_on_the_newest_release_the_index_offers(environment_cache, zoo_folder, monkeypatch):
+    """Release day in CI's reach: the newest transformers the package index offers gets an environment, passes the
+    scan's self-check there, and predicts the zoo's failure mode (a) as the pinned line does."""
+    from loadguard import zoo
+
+    monkeypatch.setenv("LOADGUARD_CACHE", str(environment_cache))
+    try:
+        newest = envs.released_versions(">=5", max_versions=1)
+    except Exception as error:  # no index: say so, never pass silently
+        pytest.skip(f"the package index cannot be reached to learn the newest transformers: {error}")
+    result = matrix_module.run([str(zoo_folder("np_buffer"))], newest, trust_remote_code=True)
+    (cell,) = result.cells
+    if cell.status == "unavailable":
+        pytest.skip(f"transformers {newest[0]} cannot be installed here: {cell.error}")
+    assert result.selfchecks[newest[0]]["ok"] is True, result.selfchecks
+    assert sorted(cell.failures) == sorted(f.tensor for f in zoo.get("np_buffer").expected_for(2)), cell.verdict()

@@ -6,8 +6,8 @@ renaming, fusing, loaded-flags, ``_move_missing_keys_from_meta_to_device``, ``_i
 ``_init_weights`` and tying all run as they would, and no weight byte exists. Around it:
 
 - :func:`recording_init_writes` wraps ``PreTrainedModel._initialize_missing_keys`` to record in-place writes to
-  (and replacements of) tensors that were loaded before it ran (proven on transformers 4.57.6 and 5.24.0; in
-  4.x it runs before loading, so it can never see a loaded tensor, as a real 4.x load cannot overwrite one);
+  (and replacements of) tensors that were loaded before it ran (in 4.x it runs before loading, so it can never see a
+  loaded tensor, as a real 4.x load cannot overwrite one);
 - :func:`parameters_stay_on_meta` keeps ``Module.to_empty`` (``torch.nn.utils.skip_init``: ChatGLM) from
   materializing parameters;
 - :func:`large_tensors_on_meta` creates tensors over a size on the meta device directly (a reference build of a
@@ -18,7 +18,8 @@ renaming, fusing, loaded-flags, ``_move_missing_keys_from_meta_to_device``, ``_i
   land on loaded tensors.
 
 Each is undone in ``finally``. When transformers lacks what one relies on, :class:`loadguard.errors.ScanError`
-says so with the version: never a wrong verdict.
+says so with the version: never a wrong verdict. Which versions all this is proven on is not written here: the
+self-check (:mod:`loadguard.selfcheck`) proves each version the first time a scan runs on it, and records it.
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import ScanError
-
-PROVEN_ON = ("4.57.6", "5.24.0")
-"""transformers versions the scan's prediction was proven equal to a full audit on (tests/test_scan.py)."""
-
 
 class Weightless(torch.Tensor):
     """A meta tensor with a checkpoint key's shape and dtype that stays on meta wherever it is moved."""
@@ -214,6 +211,12 @@ class _WriteRecorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _proven() -> list[str]:
+    from .selfcheck import proven_versions
+
+    return proven_versions()
+
+
 @contextlib.contextmanager
 def recording_init_writes(record: InitWrites) -> Iterator[None]:
     """Record, on ``record``, in-place writes and replacements that weight initialization makes to loaded tensors."""
@@ -224,8 +227,9 @@ def recording_init_writes(record: InitWrites) -> Iterator[None]:
     if original is None:
         raise ScanError(
             f"transformers {transformers.__version__} has no PreTrainedModel._initialize_missing_keys, which the scan "
-            f"watches to predict overwritten weights (proven on {', '.join(PROVEN_ON)})",
-            "audit a full load instead (loadguard audit), or scan with a transformers version it was proven on",
+            "watches to predict overwritten weights",
+            "audit a full load instead (loadguard audit), or scan with a transformers version the self-check proved "
+            f"({', '.join(_proven()) or 'none recorded here: loadguard selfcheck'})",
         )
 
     def initialize(self, *args, **kwargs):

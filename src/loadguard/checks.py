@@ -291,6 +291,7 @@ def check_fused(entry: TensorEntry, key: str) -> Finding:
 
 
 CONSTANT_FILLS = frozenset({"zero_", "fill_", "ones_", "zeros_"})
+CONSTANT_FILL_NOTE = "a constant fill, harmless only if the checkpoint holds exactly that constant"
 
 
 def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) -> Finding:
@@ -303,7 +304,7 @@ def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) ->
         kinds = sorted(set(ops))
         detail = f"weight initialization writes into it after loading ({', '.join(kinds)})"
         if set(kinds) <= CONSTANT_FILLS:
-            detail += ": a constant fill, harmless only if the checkpoint holds exactly that constant"
+            detail += f": {CONSTANT_FILL_NOTE}"
     return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.OVERWRITTEN, detail)
 
 

@@ -1,10 +1,11 @@
 """Isolated environments, one per transformers version, for ``loadguard matrix``.
 
-Each is a virtual environment created with ``uv`` under the user's cache dir and reused: ``transformers==X`` and
-what it depends on, installed from the package index; torch (and every package the environment does not have)
-comes from the environment loadguard runs in, through a ``.pth`` file, so torch (a multi-GB wheel, here the
-2.13 CPU build) is shared, never downloaded again. loadguard itself is the running one (its source folder is on
-the environment's path), so a cell runs this loadguard's scan under transformers X.
+Each is a virtual environment created with ``uv`` under the user's cache dir and reused: ``transformers==X``, what
+it depends on and loadguard's own requirements, installed from the package index; torch and what torch needs (and
+nothing else) come from the environment loadguard runs in, through a folder of links on a ``.pth`` path, so torch
+(a multi-GB wheel, here the 2.13 CPU build) is shared, never downloaded again, while this environment's optional
+packages (kernels, torchao, ...) stay out of the other transformers' sight. loadguard itself is the running one
+(its source folder is on the environment's path), so a cell runs this loadguard's scan under transformers X.
 
 A version that cannot be installed here (a dependency with no wheel for this Python, say) gives an
 :class:`Environment` with ``ok=False`` and the reason, never an exception.
@@ -13,18 +14,17 @@ A version that cannot be installed here (a dependency with no wheel for this Pyt
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._cache import cache_root
 from .errors import InvalidOptionError, LoadguardError
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,6 @@ class Environment:
         return {"transformers": self.version, "ok": self.ok, "reason": self.reason or None, "created": self.created, "seconds": round(self.seconds, 2)}
 
 
-def cache_root() -> Path:
-    """``$LOADGUARD_CACHE``, else ``$XDG_CACHE_HOME/loadguard``, else ``~/.cache/loadguard``."""
-    if os.environ.get("LOADGUARD_CACHE"):
-        return Path(os.environ["LOADGUARD_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loadguard"
-
-
 def uv_binary() -> str:
     """The ``uv`` executable: the ``uv`` package's (``pip install 'loadguard[matrix]'``), else one on PATH."""
     try:
@@ -64,18 +57,90 @@ def uv_binary() -> str:
     raise LoadguardError("loadguard matrix creates its environments with uv, which is not installed here", "pip install 'loadguard[matrix]' (or pip install uv)")
 
 
-def _shared_paths() -> list[str]:
-    """What the environments borrow from this one: its site-packages (torch), and loadguard's own source root."""
+def _closure(root: str) -> list:
+    """The installed distributions ``root`` needs (itself included, extras left out), as importlib.metadata has them."""
+    import importlib.metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    seen: dict[str, importlib.metadata.Distribution] = {}
+    queue = [root]
+    while queue:
+        name = queue.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        try:
+            distribution = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        seen[key] = distribution
+        for text in distribution.requires or ():
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                queue.append(requirement.name)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _torch_closure() -> list[str]:
+    """``name==version`` of torch and what it needs: what the environments borrow from this one, and nothing else
+    (an optional package of this environment, such as kernels, must not reach another transformers: transformers
+    5.0 fails to import beside kernels 0.19)."""
+    return [f"{d.metadata['Name']}=={d.version}" for d in _closure("torch")]
+
+
+def _link_shared(target: Path) -> None:
+    """A folder of links to the files of torch's closure (each distribution's top-level entries, metadata
+    included), for an environment's ``.pth``: shared, never copied, and out of uv's reach."""
+    target.mkdir(parents=True, exist_ok=True)
+    for distribution in _closure("torch"):
+        base = Path(distribution.locate_file(""))
+        tops = {Path(str(f)).parts[0] for f in distribution.files or () if Path(str(f)).parts}
+        for top in sorted(tops):
+            if top in ("..", "__pycache__") or top.endswith(".pth"):
+                continue
+            link, source = target / top, base / top
+            if source.exists() and not link.exists():
+                link.symlink_to(source.resolve())
+
+
+def _runtime_requirements() -> list[str]:
+    """loadguard's own requirements but torch and transformers (uv installs them for the environment's transformers)."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    out = []
+    for text in importlib.metadata.requires("loadguard") or ():
+        requirement = Requirement(text)
+        if requirement.name.lower() in ("torch", "transformers") or (requirement.marker is not None and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        out.append(str(requirement))
+    return out
+
+
+def _shared_paths(folder: Path) -> list[str]:
+    """What an environment's ``.pth`` adds: the links to torch's closure, and loadguard's own source root."""
     import loadguard
 
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(Path(loadguard.__file__).resolve().parent.parent)]
-    return list(dict.fromkeys(paths))
+    return [str(folder / "shared-torch"), str(Path(loadguard.__file__).resolve().parent.parent)]
 
 
 def _recipe(version: str) -> dict:
     import torch
 
-    return {"recipe": RECIPE_VERSION, "transformers": version, "python": sys.version.split()[0], "torch": torch.__version__, "shared": _shared_paths()}
+    return {
+        "recipe": RECIPE_VERSION,
+        "transformers": version,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "shared": _torch_closure(),
+        "source": _shared_paths(Path("."))[1],
+        "requirements": _runtime_requirements(),
+    }
 
 
 def _folder(version: str) -> Path:
@@ -111,10 +176,13 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
     shutil.rmtree(folder, ignore_errors=True)
     uv = uv_binary()
     reason = ""
+    override = folder.parent / f"{folder.name}.override.txt"
+    override.write_text("torch; python_version < '0'\n")  # what needs torch gets the shared one: never a download
     steps = [
         [uv, "venv", str(folder), "--python", sys.executable, "--quiet"],
         # bytecode compiled at install: cells start without compiling transformers (PYTHONDONTWRITEBYTECODE may be set)
-        [uv, "pip", "install", "--python", str(folder / "bin" / "python"), "--quiet", "--compile-bytecode", f"transformers=={version}"],
+        [uv, "pip", "install", "--python", str(folder / "bin" / "python"), "--quiet", "--compile-bytecode", "--override", str(override),
+         f"transformers=={version}", *recipe["requirements"]],
     ]
     for command in steps:
         result = subprocess.run(command, capture_output=True, text=True, timeout=900)
@@ -125,9 +193,10 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
         site = subprocess.run(
             [str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
         ).stdout.strip()
-        Path(site, "zz_loadguard_shared.pth").write_text("\n".join(recipe["shared"]) + "\n")
+        _link_shared(folder / "shared-torch")
+        Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(folder)) + "\n")
         probe = subprocess.run(
-            [str(folder / "bin" / "python"), "-c", "import torch, transformers, loadguard; print(transformers.__version__)"],
+            [str(folder / "bin" / "python"), "-c", "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)"],
             capture_output=True, text=True, timeout=300,
         )
         if probe.returncode != 0:

@@ -83,6 +83,9 @@ class Matrix:
     workarounds: tuple[str, ...] = ()
     mode: str = "scan"
     seconds: dict = field(default_factory=dict)
+    selfchecks: dict = field(default_factory=dict)
+    """Per version (scan mode): the scan's self-check there, ``{"ok", "seconds", "differing", "cached"}`` or
+    ``{"ok": False, "error": ...}`` when it could not run."""
 
     def cell(self, model: str, version: str) -> Cell:
         return next(c for c in self.cells if c.model == model and c.transformers == version)
@@ -96,7 +99,7 @@ class Matrix:
             "mode": self.mode,
             "models": list(self.models),
             "transformers": list(self.versions),
-            "environments": [e.to_dict() for e in self.environments],
+            "environments": [{**e.to_dict(), "selfcheck": self.selfchecks.get(e.version)} for e in self.environments],
             "cells": [c.to_dict() for c in self.cells],
             "workarounds": [{"model": m, "workaround": w, "transformers": row} for m, w, row in self.workaround_rows()],
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
@@ -175,8 +178,21 @@ def _cell(model: str, version: str, full: bool, result: dict, seconds: float) ->
     return Cell(model, version, "error", None, error, hint, seconds)
 
 
-def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], full: bool) -> list[Cell]:
-    """Cells ``(model, options)`` of one environment, through one worker."""
+def _selfcheck(worker: _Worker) -> dict:
+    """The scan's self-check in the worker's environment (its record when there is one), summarized."""
+    result = worker.run(["selfcheck", "--cached", "--format", "json"])
+    try:
+        document = json.loads(result["stdout"])
+    except ValueError:
+        lines = [line for line in result["stderr"].splitlines() if line.strip()]
+        return {"ok": False, "error": lines[-1] if lines else f"exit {result['returncode']}"}
+    differing = [f"{case['entry']}: {line}" for case in document["cases"] for line in case["differing"]]
+    return {"ok": document["ok"], "seconds": document["seconds"], "cached": document["cached"], "differing": differing}
+
+
+def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], full: bool, checks: dict | None = None) -> list[Cell]:
+    """Cells ``(model, options)`` of one environment, through one worker; in scan mode the scan's self-check runs
+    there first (into ``checks``), and a failed one is every cell's error (the scans refuse there)."""
     if not environment.ok:
         return [Cell(model, environment.version, "unavailable", error=environment.reason) for model, _ in cells]
     try:
@@ -185,6 +201,10 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
         return [Cell(model, environment.version, "unavailable", error=f"the environment does not start: {error}") for model, _ in cells]
     out = []
     try:
+        if not full:
+            check = _selfcheck(worker)
+            if checks is not None:
+                checks[environment.version] = check
         for model, options in cells:
             start = time.perf_counter()
             result = worker.run(_arguments(model, full, options))
@@ -213,8 +233,9 @@ def run(
     built = time.perf_counter() - start
     per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
     start = time.perf_counter()
+    checks: dict = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # the work is in subprocesses: threads only wait
-        results = list(pool.map(lambda e: _run_in(e, [(m, per_model[m]) for m in models], full), environments))
+        results = list(pool.map(lambda e: _run_in(e, [(m, per_model[m]) for m in models], full, checks), environments))
     by_pair = {(c.model, c.transformers): c for cells in results for c in cells}
     cells = [by_pair[(m, e.version)] for m in models for e in environments]
     names = tuple(w for w in workarounds if w != "auto")
@@ -222,6 +243,7 @@ def run(
     return Matrix(
         tuple(models), tuple(versions), tuple(cells), tuple(environments), names, "audit" if full else "scan",
         {"environments": built, "cells": elapsed, "per_cell": elapsed / max(1, len(cells))},
+        {v: checks[v] for v in versions if v in checks},
     )
 
 

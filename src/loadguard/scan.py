@@ -4,8 +4,8 @@ The installed transformers' own ``from_pretrained`` runs on a state dict of weig
 shapes and dtypes come from the checkpoint's safetensors headers, or, with no checkpoint, from the model's own
 state dict ("the checkpoint holds every key"). Everything after reading bytes is transformers' real pipeline:
 renamings, fusions, loaded-flags, moving missing keys off meta, ``_init_weights``, tying. Then the usual
-inventory, reference and checks run on what it left (see :mod:`loadguard._transformers` for what is patched,
-and the versions it was proven on):
+inventory, reference and checks run on what it left (see :mod:`loadguard._transformers` for what is patched; the
+first scan on a transformers version proves it there, :mod:`loadguard.selfcheck`):
 
 - non-persistent buffers, tensor attributes and every alias: against the reference, as an audit;
 - loaded weights that weight initialization writes into or replaces after loading: ``overwritten``;
@@ -114,6 +114,11 @@ def scan(
             f"{' and an offload folder' if offload_folder else ''} (offloading) is not simulated",
             "audit a full load with the same options: loadguard audit PATH --device-map ... (offloaded tensors are verified there)",
         )
+    from . import selfcheck
+
+    start = time.perf_counter()
+    selfcheck.ensure()  # never trust transformers internals by version name: the first scan on a combination proves them
+    seconds: dict[str, float] = {"selfcheck": time.perf_counter() - start}
     start = time.perf_counter()
     # local headers are read by default (auto); a Hub id's only when asked for (keys="header": HTTP range reads)
     source = _source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header")
@@ -126,7 +131,6 @@ def scan(
     parsed_dtype = _hf.parse_dtype(dtype) if dtype is not None else None
     auto_class = _hf.resolve_class(model_class, source.config)
     record = InitWrites()
-    seconds: dict[str, float] = {}
 
     def attempt(active: tuple[str, ...]):
         record.writes.clear()

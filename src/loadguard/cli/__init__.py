@@ -28,6 +28,7 @@ class _LazyGroup(click.Group):
         "matrix": ("matrix", "matrix"),
         "repeat": ("repeat", "repeat"),
         "scan": ("scan", "scan"),
+        "selfcheck": ("selfcheck", "selfcheck"),
         "workarounds": ("workarounds", "workarounds"),
         "zoo": ("zoo", "zoo"),
     }

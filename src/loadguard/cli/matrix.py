@@ -131,6 +131,14 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
             text = f"transformers {environment.version}: environment {state}" + (f" in {environment.seconds:.1f} s" if environment.created else "")
             if not environment.ok:
                 text += f"; not installable here: {environment.reason}"
+            check = result.selfchecks.get(environment.version)
+            if check is not None:
+                if check.get("error"):
+                    text += f"; scan self-check could not run: {check['error']}"
+                else:
+                    text += f"; scan self-check {'passed' if check['ok'] else 'FAILED: ' + '; '.join(check['differing'][:3])}" + (
+                        " (recorded)" if check.get("cached") else f" ({check['seconds']:.1f} s)"
+                    )
             stderr().print(text, highlight=False)
         stderr().print(f"{len(result.cells)} cells in {result.seconds['cells']:.1f} s ({result.seconds['per_cell']:.2f} s per cell)", highlight=False)
     if all(c.status == "unavailable" for c in result.cells):

@@ -1,0 +1,329 @@
+"""The scan's self-check: is its prediction still equal to a full audit on the transformers installed here?
+
+A scan is only as right as the transformers internals it patches (see :mod:`loadguard._transformers`). Those change
+from release to release, so no version is trusted by name: the first scan on a (transformers, torch, loadguard)
+combination runs this check (tiny zoo models, one per failure mode, each scanned and then loaded in full under
+poison and audited: the two verdicts must agree tensor for tensor, about a second in all), records the outcome under
+the user cache, and a scan there refuses (:class:`loadguard.errors.ScanError`, the differing tensors named) if it
+failed. The versions the scan is proven on are exactly those with a passing record.
+
+Example::
+
+    from loadguard import selfcheck
+    result = selfcheck.run()          # always runs, records the outcome
+    result.ok, result.seconds, [c.to_dict() for c in result.cases]
+    selfcheck.proven_versions()       # ['4.57.6', '5.25.0', ...] from the records
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._cache import cache_root
+from .errors import LoadguardError, ScanError
+
+# (zoo entry, what it covers): every way a load goes wrong that a scan predicts, and a clean model
+CASES: tuple[tuple[str, str], ...] = (
+    ("np_buffer", "a: non-persistent float/int/bool buffers not rebuilt"),
+    ("np_buffer_in_checkpoint", "b: buffer values in the checkpoint, discarded"),
+    ("shared_buffer", "c: one buffer in several modules (garbage, then meta)"),
+    ("missing_key", "d: a parameter missing from the checkpoint"),
+    ("overwritten", "e: a loaded weight overwritten by _init_weights"),
+    ("sharded", "e: the same, from a 3-shard checkpoint"),
+    ("tensor_attribute", "a plain tensor attribute left on meta"),
+    ("v4_rope_scaling", "v4-era code (a workaround) with rotary inv_freq"),
+    ("clean", "nothing wrong: every tensor rebuilt"),
+    ("native:llama", "a native model: rotary buffers rebuilt by transformers' own init"),
+)
+# Source files whose behaviour the record vouches for: a change to any of them is a new combination.
+_VOUCHED = ("_transformers.py", "scan.py", "audit.py", "checks.py", "reference.py", "inventory.py", "checkpoint.py", "selfcheck.py")
+
+_running: contextvars.ContextVar[bool] = contextvars.ContextVar("loadguard_selfcheck_running", default=False)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    entry: str
+    covers: str
+    predicted: dict[str, str]
+    audited: dict[str, str]
+    seconds: float = 0.0
+    error: str = ""
+    invisible: tuple[str, ...] = ()
+    """Predicted constant fills (``zero_``, ``fill_``) onto tensors the checkpoint holds as that very constant: a write
+    no value comparison can see (transformers 5.0-5.12 zero every loaded bias of custom code), left out of the
+    comparison after checking the checkpoint."""
+
+    @property
+    def agree(self) -> bool:
+        return not self.error and self.predicted == self.audited
+
+    def differing(self) -> list[str]:
+        """``tensor: predicted X, audited Y`` for every tensor the two verdicts disagree on."""
+        if self.error:
+            return [self.error]
+        names = sorted(set(self.predicted) | set(self.audited))
+        return [
+            f"{name}: predicted {self.predicted.get(name, 'ok')}, audited {self.audited.get(name, 'ok')}"
+            for name in names
+            if self.predicted.get(name) != self.audited.get(name)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.entry,
+            "covers": self.covers,
+            "agree": self.agree,
+            "predicted": self.predicted,
+            "audited": self.audited,
+            "differing": self.differing(),
+            "seconds": round(self.seconds, 3),
+            "error": self.error or None,
+            "invisible": list(self.invisible),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+        return cls(
+            data["entry"], data["covers"], dict(data["predicted"]), dict(data["audited"]), data.get("seconds", 0.0), data.get("error") or "",
+            tuple(data.get("invisible") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """One run of the self-check on one (transformers, torch, loadguard code) combination."""
+
+    transformers: str
+    torch: str
+    code: str
+    cases: tuple[CaseResult, ...]
+    seconds: float
+    ran_at: str = ""
+    cached: bool = field(default=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.cases) and all(case.agree for case in self.cases)
+
+    def differing(self) -> list[str]:
+        return [f"{case.entry}: {line}" for case in self.cases for line in case.differing()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "transformers": self.transformers,
+            "torch": self.torch,
+            "code": self.code,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "ran_at": self.ran_at,
+            "cached": self.cached,
+            "cases": [case.to_dict() for case in self.cases],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], cached: bool = False) -> SelfCheck:
+        return cls(data["transformers"], data["torch"], data["code"], tuple(CaseResult.from_dict(c) for c in data["cases"]), data["seconds"], data.get("ran_at", ""), cached)
+
+
+def _versions() -> tuple[str, str]:
+    import torch
+    import transformers
+
+    return transformers.__version__, torch.__version__
+
+
+def code_fingerprint() -> str:
+    """A short hash of the loadguard sources the record vouches for."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in _VOUCHED:
+        digest.update(name.encode())
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _folder() -> Path:
+    return cache_root() / "selfcheck"
+
+
+def record_path(transformers_version: str | None = None, torch_version: str | None = None, code: str | None = None) -> Path:
+    version, torch_version_now = _versions()
+    transformers_version = transformers_version or version
+    torch_version = (torch_version or torch_version_now).replace("+", "-")
+    return _folder() / f"transformers-{transformers_version}-torch-{torch_version}-code-{code or code_fingerprint()}.json"
+
+
+def recorded() -> SelfCheck | None:
+    """The record for the combination installed here, if a self-check ran on it."""
+    path = record_path()
+    try:
+        return SelfCheck.from_dict(json.loads(path.read_text()), cached=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def proven_versions() -> list[str]:
+    """transformers versions with a passing self-check record on this machine (any torch, this loadguard code)."""
+    from packaging.version import InvalidVersion, Version
+
+    code = code_fingerprint()
+    found = set()
+    for path in _folder().glob(f"transformers-*-code-{code}.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("ok"):
+            found.add(data["transformers"])
+
+    def order(text: str):
+        try:
+            return (0, Version(text))
+        except InvalidVersion:
+            return (1, text)
+
+    return sorted(found, key=order)
+
+
+@contextlib.contextmanager
+def _checking() -> Iterator[None]:
+    token = _running.set(True)
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def running() -> bool:
+    """Whether a self-check is running (its own scans must not wait for it)."""
+    return _running.get()
+
+
+def _failing(report) -> dict[str, str]:
+    return {f.tensor: f.status for f in report.failures}
+
+
+def _native_llama(folder: Path) -> Path:
+    """A tiny native Llama checkpoint (rotary embedding, tied nothing), saved as a user would."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+        LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def _case(entry_name: str, covers: str, workdir: Path) -> CaseResult:
+    from . import zoo
+    from .load import load
+    from .scan import scan
+
+    start = time.perf_counter()
+    try:
+        if entry_name.startswith("native:"):
+            folder, auto_class, workarounds = _native_llama(workdir / "llama"), "AutoModelForCausalLM", ()
+        else:
+            entry = zoo.get(entry_name)
+            folder, auto_class = zoo.build(entry_name, workdir / entry_name), entry.auto_class
+            workarounds = "auto" if entry.workarounds else ()
+        predicted = scan(folder, model_class=auto_class, keys="header", trust_remote_code=True, workarounds=workarounds)
+        model = load(auto_class, folder, trust_remote_code=True, poison=True, on_problem="warn", workarounds=workarounds)
+        audited = model.loadguard_report_as_loaded
+        if predicted.summary("checkpoint_fidelity").checked == 0 or audited.summary("checkpoint_fidelity").checked == 0:
+            raise LoadguardError("a side compared no weights: the differential would agree with anything", "report this as a loadguard bug")
+        expected, invisible = reconcile([f.to_dict() for f in predicted.findings], _failing(audited), folder)
+        return CaseResult(entry_name, covers, expected, _failing(audited), time.perf_counter() - start, invisible=invisible)
+    except Exception as error:  # a case that cannot run is a failed self-check, with the reason
+        message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+        return CaseResult(entry_name, covers, {}, {}, time.perf_counter() - start, f"could not run: {message}")
+
+
+def reconcile(predicted: list[dict], audited: dict[str, str], folder: Any) -> tuple[dict[str, str], tuple[str, ...]]:
+    """A scan's failing findings (JSON form) as a full audit of the checkpoint in ``folder`` can see them: predicted
+    constant fills (``zero_``, ``fill_``) onto tensors the checkpoint holds as that very constant are left out (a
+    write no value comparison sees; transformers 5.0-5.12 zero every loaded bias of custom code). Returns
+    ``({tensor: status}, the tensors left out)``."""
+    from .checks import CONSTANT_FILL_NOTE
+    from .report import failing
+
+    expected = {f["tensor"]: f["status"] for f in failing(predicted)}
+    candidates = [
+        f["tensor"] for f in failing(predicted) if f["status"] == "overwritten" and CONSTANT_FILL_NOTE in f["detail"] and f["tensor"] not in audited
+    ]
+    invisible = tuple(sorted(name for name in candidates if _holds_a_constant(Path(str(folder)), name)))
+    for name in invisible:
+        expected.pop(name)
+    return expected, invisible
+
+
+def _holds_a_constant(folder: Path, name: str) -> bool:
+    """Whether the checkpoint in ``folder`` holds ``name`` as one value repeated (what a constant fill writes)."""
+    from .checkpoint import Checkpoint
+
+    checkpoint = Checkpoint.open(folder)
+    try:
+        if name not in checkpoint.keys():
+            return False
+        value = checkpoint.get(name)
+        return value.numel() > 0 and bool((value == value.reshape(-1)[0]).all())
+    finally:
+        checkpoint.close()
+
+
+def run(*, record: bool = True) -> SelfCheck:
+    """Run the self-check now (every case, a temporary folder of zoo models) and, with ``record``, keep the outcome
+    for this combination."""
+    import datetime
+    import warnings
+
+    version, torch_version = _versions()
+    start = time.perf_counter()
+    with _checking(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="loadguard-selfcheck-") as workdir:
+        warnings.simplefilter("ignore")  # the zoo's broken loads warn by design: the verdicts are what counts
+        cases = tuple(_case(name, covers, Path(workdir)) for name, covers in CASES)
+    result = SelfCheck(version, torch_version, code_fingerprint(), cases, time.perf_counter() - start, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    if record:
+        path = record_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(result.to_dict(), indent=2))
+        temporary.replace(path)
+    return result
+
+
+def ensure() -> SelfCheck | None:
+    """Before a scan: the recorded self-check of this combination, else run it now (once: other processes wait on a
+    lock). Raises :class:`loadguard.errors.ScanError` naming the differing tensors if it failed. Returns None inside
+    a self-check."""
+    if running():
+        return None
+    from filelock import FileLock
+
+    path = record_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        result = recorded() or run()
+    if not result.ok:
+        differing = result.differing()
+        shown = "; ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4 else "")
+        raise ScanError(
+            f"the scan's self-check fails on transformers {result.transformers} (torch {result.torch}): its prediction differs "
+            f"from a full audit ({shown}), so a scan here cannot be trusted",
+            "audit a full load instead (loadguard audit PATH); `loadguard selfcheck` shows the table, and re-runs it",
+        )
+    return result
+
+
+__all__ = ["CASES", "CaseResult", "SelfCheck", "ensure", "proven_versions", "reconcile", "recorded", "record_path", "run"]
