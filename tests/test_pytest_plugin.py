@@ -207,7 +207,7 @@ def test_plugin_costs_nothing_in_a_run_without_transformers_and_patches_it_when_
 
         def test_transformers_imported_later_is_patched():
             from transformers import PreTrainedModel
-            assert PreTrainedModel.from_pretrained.__func__.__code__.co_filename.endswith("pytest_plugin.py")
+            assert PreTrainedModel.from_pretrained.__func__.__code__.co_filename.endswith("pytest_plugin/_hook.py")
         """
     )
     result = pytester.runpytest_subprocess("--loadguard=fail", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:anyio", "-p", "no:hypothesispytest")

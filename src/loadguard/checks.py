@@ -1,36 +1,18 @@
-"""The checks, and the single place that decides what counts as broken.
+"""The checks: what counts as broken, tensor by tensor.
 
-Each check is a small pure function: (the tensor as loaded, what it should be) -> a Finding or None.
-Statuses, float tolerances per dtype and which statuses fail an audit are defined here and nowhere else.
+Each check is a small pure function: (the tensor as loaded, what it should be) -> a Finding or None. Float
+tolerances per dtype are defined here and nowhere else; the statuses and which of them fail an audit in
+:mod:`loadguard.statuses`.
 """
 
 from __future__ import annotations
-
-from enum import Enum
 
 import torch
 
 from .inventory import TensorEntry
 from .report import Finding, finite_or_none
+from .statuses import FAILING_STATUSES, Check, Status, is_failing  # noqa: F401  (checks.Status & co. stay importable)
 
-
-class Status(str, Enum):
-    OK = "ok"
-    UNINITIALIZED = "uninitialized"
-    MISMATCH = "mismatch"
-    ON_META = "on_meta"
-    OVERWRITTEN = "overwritten"
-    UNVERIFIABLE = "unverifiable"
-
-
-class Check(str, Enum):
-    NON_PERSISTENT_BUFFER = "non_persistent_buffer"
-    CHECKPOINT_FIDELITY = "checkpoint_fidelity"
-    MISSING_KEY = "missing_key"
-    META_LEFTOVER = "meta_leftover"
-
-
-FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})
 
 # (rtol, atol) for comparing a buffer with the value its code computes, by the loaded dtype: a couple of
 # units in the last place, so recomputing in another order or dtype passes and leftover memory does not.
@@ -44,10 +26,6 @@ _DEFAULT_TOLERANCE = (1.6e-2, 1e-3)  # float8 and other narrow types
 
 # A float magnitude no real weight or buffer has; leftover memory often does (1e37, 3e38).
 _ABSURD_MAGNITUDE = 1e30
-
-
-def is_failing(status: str | Status) -> bool:
-    return Status(status) in FAILING_STATUSES
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:

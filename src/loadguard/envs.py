@@ -124,9 +124,7 @@ def _runtime_requirements() -> list[str]:
 
 def _shared_paths(folder: Path) -> list[str]:
     """What an environment's ``.pth`` adds: the links to torch's closure, and loadguard's own source root."""
-    import loadguard
-
-    return [str(folder / "shared-torch"), str(Path(loadguard.__file__).resolve().parent.parent)]
+    return [str(folder / "shared-torch"), str(Path(__file__).resolve().parent.parent)]
 
 
 def _recipe(version: str) -> dict:

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -137,8 +138,12 @@ class _Worker:
 
         self.environment = environment
         self._stderr = tempfile.TemporaryFile("w+")
+        # remote code is copied into transformers' modules cache by content hash: two environments loading the same
+        # folder at once (--jobs) raced on one copy (FileNotFoundError on 5.8): each environment gets its own
+        child_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules")}
         self.process = subprocess.Popen(
-            [str(environment.python), "-m", "loadguard._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True
+            [str(environment.python), "-m", "loadguard._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            env=child_env,
         )
         ready = self.process.stdout.readline()
         if not ready.strip():

@@ -122,14 +122,16 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             if key in _cache:
                 _cache.move_to_end(key)
                 return _cache[key]
-    from . import _hf
-    from . import workarounds as registry
+    from . import _config
+    from .workarounds import _registry as registry
 
     start = time.perf_counter()
     names = list(getattr(model, registry.CONSTRUCTION_ATTRIBUTE, ()))
+    folder = _config.folder_of(config)
     while True:
         try:
-            with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.construction(names, None if names else {}, _hf.folder_of(config)):
+            # the before_import workarounds its load needed, with what they read: the model's config.json
+            with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.activate(names, folder, (_config.local_config(folder) or {}) if names else {}):
                 torch.manual_seed(0x10AD)
                 seeded = torch.random.get_rng_state()
                 first = _construct(model_class, config)

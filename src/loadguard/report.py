@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .statuses import is_failing
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,6 @@ class Finding:
 
     @property
     def failing(self) -> bool:
-        from .checks import is_failing  # statuses and what fails are decided in checks.py
-
         return is_failing(self.status)
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,8 +54,6 @@ class Finding:
 
 def failing(findings: list[dict]) -> list[dict]:
     """The findings, as a report's JSON holds them, whose status fails an audit (as :attr:`Finding.failing`)."""
-    from .checks import is_failing
-
     return [f for f in findings if is_failing(f["status"])]
 
 

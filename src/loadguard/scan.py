@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import _hf, checks
+from . import _hf, _scan_source, checks
 from . import workarounds as registry
 from ._transformers import (
     CompleteKeys,
@@ -45,27 +42,12 @@ from ._transformers import (
 )
 from .audit import _summary, computed_state, meta_leftovers, versions
 from .checks import Check
-from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ModelNotFoundError, ScanError
+from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ScanError
 from .inventory import Inventory
 from .poison import poison
 from .report import AuditReport, CheckSummary, Finding
 
 KEYS = ("auto", "header", "complete")
-_HUB_PATTERNS = ["*.json", "*.py", "*.txt", "*.model", "*.tiktoken"]
-
-
-@dataclass
-class _Source:
-    """Where a model's config and code are, and the checkpoint's keys when they can be had without weights."""
-
-    name: str
-    folder: Path | None
-    config: dict
-    header: dict[str, tuple[tuple[int, ...], torch.dtype]] | None
-    header_from: str | None
-    config_object: Any = None
-
-
 def scan(
     path_or_config: Any,
     *,
@@ -117,11 +99,11 @@ def scan(
     from . import selfcheck
 
     start = time.perf_counter()
-    selfcheck.ensure()  # never trust transformers internals by version name: the first scan on a combination proves them
+    selfcheck.ensure(scan)  # never trust transformers internals by version name: the first scan on a combination proves them
     seconds: dict[str, float] = {"selfcheck": time.perf_counter() - start}
     start = time.perf_counter()
     # local headers are read by default (auto); a Hub id's only when asked for (keys="header": HTTP range reads)
-    source = _source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header")
+    source = _scan_source.source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header")
     if keys == "header" and source.header is None:
         raise ScanError(
             f"{source.name} has no safetensors checkpoint whose headers could be read",
@@ -136,7 +118,7 @@ def scan(
         record.writes.clear()
         record.replaced.clear()
         try:
-            config = source.config_object if source.config_object is not None else _load_config(source, trust_remote_code)
+            config = source.config_object if source.config_object is not None else _scan_source.load_config(source, trust_remote_code)
             concrete = _concrete_class(auto_class, config, source, trust_remote_code)
             _refuse_own_loader(concrete)
             kwargs: dict[str, Any] = {"config": config, **weightless_load_options()}
@@ -175,7 +157,7 @@ def scan(
     return dataclasses.replace(report, workarounds=tuple(outcomes) + tuple(later))
 
 
-def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dict[str, float]) -> AuditReport:
+def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, seconds: dict[str, float]) -> AuditReport:
     from .reference import build_reference
 
     start = time.perf_counter()
@@ -231,101 +213,7 @@ def _predict(model, source: _Source, mode: str, record: InitWrites, seconds: dic
     )
 
 
-# ----------------------------------------------------------------------------------------------------
-# where the config, code and keys come from
-
-
-def _source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool, hub_header: bool) -> _Source:
-    from transformers import PretrainedConfig
-
-    if isinstance(path_or_config, PretrainedConfig):
-        config = path_or_config
-        folder = _hf.folder_of(config)
-        document = _hf.config_dict(config)
-        if document.get("auto_map") and not trust_remote_code:
-            from .errors import RemoteCodeNotTrustedError
-
-            raise RemoteCodeNotTrustedError(f"{type(config).__name__} names its own code (auto_map) and trust_remote_code was not given", "pass trust_remote_code=True if you trust it")
-        return _Source(config._name_or_path or type(config).__name__, folder, document, None, None, config)
-    text = str(path_or_config)
-    if Path(text).exists():
-        folder = Path(text)
-        config = _hf.read_config(folder, trust_remote_code)
-        shapes, where = _local_header(folder) if header else (None, None)
-        return _Source(text, folder, config, shapes, where)
-    if not _hf.HUB_ID.match(text):
-        raise ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
-    return _hub_source(text, trust_remote_code, revision, hub_header)
-
-
-def _local_header(folder: Path) -> tuple[dict | None, str | None]:
-    """Keys, shapes and dtypes of a local checkpoint, read from its safetensors headers only; a ``.bin`` index
-    gives the keys (shapes then come from the model itself)."""
-    from .checkpoint import BIN_INDEX, Checkpoint
-    from .errors import CheckpointError
-
-    try:
-        checkpoint = Checkpoint.open(folder)
-    except CheckpointError as error:
-        if "holds no checkpoint" in error.message:
-            return None, None
-        raise
-    try:
-        if checkpoint.format == "safetensors":
-            return {key: (checkpoint.shape(key), checkpoint.dtype(key)) for key in checkpoint.keys()}, str(checkpoint.path)
-    finally:
-        checkpoint.close()
-    index = folder / BIN_INDEX
-    if index.is_file():
-        return {key: None for key in json.loads(index.read_text())["weight_map"]}, str(index)
-    return None, None
-
-
-def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, header: bool) -> _Source:
-    """Only ``*.json`` and ``*.py`` from the Hub (the cache when offline); the safetensors headers by range reads."""
-    from huggingface_hub import snapshot_download
-
-    offline = _hf.hub_offline()
-    try:
-        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=offline))
-    except Exception as error:
-        where = "in the local cache (HF_HUB_OFFLINE is set)" if offline else "on the Hugging Face Hub"
-        raise ModelNotFoundError(
-            f"{repo_id} could not be found {where} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
-            "check the id and your access, or pass a local folder" + ("; unset HF_HUB_OFFLINE to fetch it" if offline else ""),
-        ) from None
-    config = _hf.read_config(folder, trust_remote_code)
-    shapes, where = (None, None)
-    if header:
-        shapes, where = _hub_header(repo_id, revision, folder, offline)
-    return _Source(repo_id, folder, config, shapes, where)
-
-
-def _hub_header(repo_id: str, revision: str | None, folder: Path, offline: bool) -> tuple[dict | None, str | None]:
-    from .checkpoint import _ST_DTYPES
-
-    if offline:  # only what is cached: complete safetensors files there have readable headers
-        return _local_header(folder) if any(folder.glob("*.safetensors")) else (None, None)
-    from huggingface_hub import HfApi
-
-    try:
-        metadata = HfApi().get_safetensors_metadata(repo_id, revision=revision)
-    except Exception:  # no safetensors on the Hub: the caller falls back or says so
-        return None, None
-    shapes = {}
-    for file_metadata in metadata.files_metadata.values():
-        for key, info in file_metadata.tensors.items():
-            shapes[key] = (tuple(info.shape), _ST_DTYPES[info.dtype])
-    return shapes, f"{repo_id} (safetensors headers)"
-
-
-def _load_config(source: _Source, trust_remote_code: bool):
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(str(source.folder), trust_remote_code=trust_remote_code)
-
-
-def _concrete_class(auto_class, config, source: _Source, trust_remote_code: bool):
+def _concrete_class(auto_class, config, source: _scan_source.Source, trust_remote_code: bool):
     """The model class ``auto_class.from_pretrained`` would instantiate for ``config``."""
     name = getattr(auto_class, "__name__", "")
     if not (name.startswith("Auto") and getattr(auto_class, "__module__", "").startswith("transformers.")):
@@ -334,7 +222,11 @@ def _concrete_class(auto_class, config, source: _Source, trust_remote_code: bool
     if class_ref is not None and trust_remote_code:
         from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
-        return get_class_from_dynamic_module(class_ref, str(source.folder))
+        model_class = get_class_from_dynamic_module(class_ref, str(source.folder))
+        # as the auto class does: from it, transformers tells remote code (is_remote_code(), 5.3-5.12 skip
+        # _init_weights on fully loaded modules of remote code only), and a prediction must see the same
+        model_class.register_for_auto_class(auto_class=auto_class)
+        return model_class
     try:
         return auto_class._model_mapping[type(config)]
     except KeyError:

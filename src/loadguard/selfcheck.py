@@ -10,7 +10,7 @@ failed. The versions the scan is proven on are exactly those with a passing reco
 Example::
 
     from loadguard import selfcheck
-    result = selfcheck.run()          # always runs, records the outcome
+    result = selfcheck.run(loadguard.scan)   # always runs, records the outcome
     result.ok, result.seconds, [c.to_dict() for c in result.cases]
     selfcheck.proven_versions()       # ['4.57.6', '5.25.0', ...] from the records
 """
@@ -23,7 +23,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,10 +197,15 @@ def proven_versions() -> list[str]:
 
 @contextlib.contextmanager
 def _checking() -> Iterator[None]:
-    token = _running.set(True)
+    """Inside the self-check: its own scans skip the check, and its loads are not reported to listeners (the pytest
+    plugin must not count them as a test's loads)."""
+    from . import _observers
+
+    token, quiet = _running.set(True), _observers.silenced.set(True)
     try:
         yield
     finally:
+        _observers.silenced.reset(quiet)
         _running.reset(token)
 
 
@@ -225,10 +230,9 @@ def _native_llama(folder: Path) -> Path:
     return folder
 
 
-def _case(entry_name: str, covers: str, workdir: Path) -> CaseResult:
+def _case(entry_name: str, covers: str, workdir: Path, scan: Callable[..., Any]) -> CaseResult:
     from . import zoo
     from .load import load
-    from .scan import scan
 
     start = time.perf_counter()
     try:
@@ -282,9 +286,9 @@ def _holds_a_constant(folder: Path, name: str) -> bool:
         checkpoint.close()
 
 
-def run(*, record: bool = True) -> SelfCheck:
-    """Run the self-check now (every case, a temporary folder of zoo models) and, with ``record``, keep the outcome
-    for this combination."""
+def run(scan: Callable[..., Any], *, record: bool = True) -> SelfCheck:
+    """Run the self-check of ``scan`` (:func:`loadguard.scan`, which sits above this module and passes itself) now:
+    every case, in a temporary folder of zoo models; with ``record``, keep the outcome for this combination."""
     import datetime
     import warnings
 
@@ -292,7 +296,7 @@ def run(*, record: bool = True) -> SelfCheck:
     start = time.perf_counter()
     with _checking(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="loadguard-selfcheck-") as workdir:
         warnings.simplefilter("ignore")  # the zoo's broken loads warn by design: the verdicts are what counts
-        cases = tuple(_case(name, covers, Path(workdir)) for name, covers in CASES)
+        cases = tuple(_case(name, covers, Path(workdir), scan) for name, covers in CASES)
     result = SelfCheck(version, torch_version, code_fingerprint(), cases, time.perf_counter() - start, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     if record:
         path = record_path()
@@ -303,7 +307,7 @@ def run(*, record: bool = True) -> SelfCheck:
     return result
 
 
-def ensure() -> SelfCheck | None:
+def ensure(scan: Callable[..., Any]) -> SelfCheck | None:
     """Before a scan: the recorded self-check of this combination, else run it now (once: other processes wait on a
     lock). Raises :class:`loadguard.errors.ScanError` naming the differing tensors if it failed. Returns None inside
     a self-check."""
@@ -314,7 +318,7 @@ def ensure() -> SelfCheck | None:
     path = record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        result = recorded() or run()
+        result = recorded() or run(scan)
     if not result.ok:
         differing = result.differing()
         shown = "; ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4 else "")

@@ -34,7 +34,9 @@ def selfcheck(fmt, cached):
     result = check.recorded() if cached else None
     if result is None:
         with progress("Running the scan's self-check"):
-            result = check.run()
+            from ..scan import scan
+
+            result = check.run(scan)
     if fmt == "json":
         click.echo(json.dumps({**result.to_dict(), "record": str(check.record_path()), "proven": check.proven_versions()}, indent=2))
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import workaround
+from ._registry import workaround
 
 MINICPMV = ("minicpmv", "lgminicpmv", "MiniCPMV", "LgMiniCPMV")
 

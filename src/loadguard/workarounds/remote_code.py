@@ -8,7 +8,7 @@ import typing
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import Usage, workaround
+from ._registry import Usage, workaround
 
 TYPING_ALIASES = ("Any", "Callable", "Dict", "FrozenSet", "Iterable", "Iterator", "List", "Mapping", "Optional", "Sequence", "Set", "Tuple", "Type", "Union")
 

@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import Usage, workaround
+from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 
 # transformers 4.x's global generation defaults on every config (PretrainedConfig._get_global_generation_defaults)

@@ -86,11 +86,11 @@ MARKER = "loadguard_zoo.json"  # which zoo entry a folder is, with its demo prom
 def _classes(entry: ZooEntry):
     """The entry's configuration and model classes, imported from loadguard's copy of its remote code (inside
     the workarounds its code needs on this transformers, as a load would be)."""
-    from .. import workarounds as registry
+    from ..workarounds import _registry as registry
 
     family = _FAMILIES[entry.family]
     package = f"loadguard.zoo.templates.{family.package}"
-    with registry.construction(list(entry.workarounds), {}, Path(str(resources.files(package)))):
+    with registry.activate(list(entry.workarounds), Path(str(resources.files(package))), {}):
         config_cls = getattr(importlib.import_module(f"{package}.configuration_{family.name}"), family.config_class)
         model_cls = getattr(importlib.import_module(f"{package}.modeling_{family.name}"), family.model_class)
     return config_cls, model_cls
@@ -157,7 +157,7 @@ def build_model(name: str, *, seed: int = _DEFAULT_SEED, **config_overrides: Any
     correct load must reproduce. Code written for older transformers is constructed inside the workarounds
     the entry needs (``entry.workarounds``).
     """
-    from .. import workarounds as registry
+    from ..workarounds import _registry as registry
 
     entry = get(name)
     config = _config(entry, config_overrides)
@@ -165,7 +165,7 @@ def build_model(name: str, *, seed: int = _DEFAULT_SEED, **config_overrides: Any
     devices_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        with registry.construction(list(entry.workarounds), {}):
+        with registry.activate(list(entry.workarounds), None, {}):
             model = model_cls(config)
         if entry.family == "lgminicpmv":
             _shape_minicpmv(model)

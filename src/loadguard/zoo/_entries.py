@@ -47,7 +47,7 @@ class ZooEntry:
     @property
     def needed_workarounds(self) -> tuple[str, ...]:
         """Those the running transformers / torch lacks what they give back for: the ones its load needs here."""
-        from ..workarounds import get
+        from ..workarounds._registry import get
 
         return tuple(name for name in self.workarounds if not get(name).is_native())
 

@@ -1,0 +1,123 @@
+"""Where a scan's model comes from: its config and code (a local folder, a Hub id: only ``*.json``/``*.py``, or a
+config object) and, when they can be had without weights, the checkpoint's keys, shapes and dtypes (safetensors
+headers, locally or by HTTP range reads; a ``.bin`` index names keys only)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import _config, _hf
+from .errors import ModelNotFoundError
+
+_HUB_PATTERNS = ["*.json", "*.py", "*.txt", "*.model", "*.tiktoken"]
+
+
+@dataclass
+class Source:
+    """Where a model's config and code are, and the checkpoint's keys when they can be had without weights."""
+
+    name: str
+    folder: Path | None
+    config: dict
+    header: dict[str, tuple[tuple[int, ...], torch.dtype]] | None
+    header_from: str | None
+    config_object: Any = None
+
+
+
+def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool, hub_header: bool) -> Source:
+    from transformers import PretrainedConfig
+
+    if isinstance(path_or_config, PretrainedConfig):
+        config = path_or_config
+        folder = _config.folder_of(config)
+        document = _config.config_dict(config)
+        if document.get("auto_map") and not trust_remote_code:
+            from .errors import RemoteCodeNotTrustedError
+
+            raise RemoteCodeNotTrustedError(f"{type(config).__name__} names its own code (auto_map) and trust_remote_code was not given", "pass trust_remote_code=True if you trust it")
+        return Source(config._name_or_path or type(config).__name__, folder, document, None, None, config)
+    text = str(path_or_config)
+    if Path(text).exists():
+        folder = Path(text)
+        config = _hf.read_config(folder, trust_remote_code)
+        shapes, where = _local_header(folder) if header else (None, None)
+        return Source(text, folder, config, shapes, where)
+    if not _hf.HUB_ID.match(text):
+        raise ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
+    return _hub_source(text, trust_remote_code, revision, hub_header)
+
+
+def _local_header(folder: Path) -> tuple[dict | None, str | None]:
+    """Keys, shapes and dtypes of a local checkpoint, read from its safetensors headers only; a ``.bin`` index
+    gives the keys (shapes then come from the model itself)."""
+    from .checkpoint import BIN_INDEX, Checkpoint
+    from .errors import CheckpointError
+
+    try:
+        checkpoint = Checkpoint.open(folder)
+    except CheckpointError as error:
+        if "holds no checkpoint" in error.message:
+            return None, None
+        raise
+    try:
+        if checkpoint.format == "safetensors":
+            return {key: (checkpoint.shape(key), checkpoint.dtype(key)) for key in checkpoint.keys()}, str(checkpoint.path)
+    finally:
+        checkpoint.close()
+    index = folder / BIN_INDEX
+    if index.is_file():
+        return {key: None for key in json.loads(index.read_text())["weight_map"]}, str(index)
+    return None, None
+
+
+def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, header: bool) -> Source:
+    """Only ``*.json`` and ``*.py`` from the Hub (the cache when offline); the safetensors headers by range reads."""
+    from huggingface_hub import snapshot_download
+
+    offline = _hf.hub_offline()
+    try:
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=offline))
+    except Exception as error:
+        where = "in the local cache (HF_HUB_OFFLINE is set)" if offline else "on the Hugging Face Hub"
+        raise ModelNotFoundError(
+            f"{repo_id} could not be found {where} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+            "check the id and your access, or pass a local folder" + ("; unset HF_HUB_OFFLINE to fetch it" if offline else ""),
+        ) from None
+    config = _hf.read_config(folder, trust_remote_code)
+    shapes, where = (None, None)
+    if header:
+        shapes, where = _hub_header(repo_id, revision, folder, offline)
+    return Source(repo_id, folder, config, shapes, where)
+
+
+def _hub_header(repo_id: str, revision: str | None, folder: Path, offline: bool) -> tuple[dict | None, str | None]:
+    from .checkpoint import _ST_DTYPES
+
+    if offline:  # only what is cached: complete safetensors files there have readable headers
+        return _local_header(folder) if any(folder.glob("*.safetensors")) else (None, None)
+    from huggingface_hub import HfApi
+
+    try:
+        metadata = HfApi().get_safetensors_metadata(repo_id, revision=revision)
+    except Exception:  # no safetensors on the Hub: the caller falls back or says so
+        return None, None
+    shapes = {}
+    for file_metadata in metadata.files_metadata.values():
+        for key, info in file_metadata.tensors.items():
+            shapes[key] = (tuple(info.shape), _ST_DTYPES[info.dtype])
+    return shapes, f"{repo_id} (safetensors headers)"
+
+
+def load_config(source: Source, trust_remote_code: bool):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(source.folder), trust_remote_code=trust_remote_code)
+
+
+__all__ = ["Source", "load_config", "source"]

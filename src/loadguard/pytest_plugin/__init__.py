@@ -1,0 +1,86 @@
+"""The loadguard pytest plugin: every reference load audited, every comparison fingerprinted.
+
+Options:
+  --loadguard=off|warn|fail|repair   audit every ``PreTrainedModel.from_pretrained`` made during the session
+                                     (any auto class, any helper): ``fail`` fails the test that loaded a broken
+                                     model, naming the tensors; ``repair`` repairs and records (and fails the
+                                     test when repair cannot make the model clean); ``warn`` warns.
+  --loadguard-poison                 loads inside tests run under ``loadguard.poison()``.
+  --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``),
+                                     one section per process that ran tests (``main``, or each pytest-xdist worker).
+  --loadguard-workarounds-from=FILE  import a Python file that registers workarounds (repeatable).
+
+Marker: ``@pytest.mark.loadguard(policy="repair", workarounds=["minicpmv-pos-cache"], strict_stale=True)``; its
+``before_import`` workarounds (or ``"auto"``) wrap every ``from_pretrained`` of the test. A load that fails
+the way a registered workaround fixes gets a note naming it (and the marker that applies it).
+Fixtures: ``hf_runner`` (``with hf_runner(path, trust_remote_code=True) as r:``; policy, poison and
+workarounds come from the options and marker), ``loadguard_report`` (the audits of the current test's loads).
+The patch of ``from_pretrained`` lives for the session only and is undone at its end.
+
+Under pytest-xdist every worker audits its own loads and hands its summary and record to the controller,
+so the terminal summary and ``--loadguard-record`` cover every worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+
+from ._hook import install
+from ._fixtures import hf_runner, loadguard_report  # noqa: F401  (fixtures the plugin provides)
+from ._state import POLICIES, Session, current_session, on_event, sessions
+from ._summary import fingerprint, pytest_runtest_makereport, pytest_runtest_protocol, pytest_terminal_summary  # noqa: F401
+from ._workers import pytest_sessionfinish, pytest_testnodedown  # noqa: F401
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("loadguard", "audit Hugging Face model loads (loadguard)")
+    group.addoption("--loadguard", choices=POLICIES, default="off", help="audit every from_pretrained: off, warn, fail or repair (default: off)")
+    group.addoption("--loadguard-poison", action="store_true", default=False, help="run model loads under loadguard.poison() (leftover memory becomes NaN)")
+    group.addoption("--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON")
+    group.addoption(
+        "--loadguard-workarounds-from", action="append", default=[], metavar="FILE", help="import a Python file that registers workarounds (repeatable)"
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "loadguard(policy=None, workarounds=(), strict_stale=False): per-test loadguard policy and workarounds",
+    )
+    session = Session(
+        policy=config.getoption("--loadguard"),
+        poison=config.getoption("--loadguard-poison"),
+        record_path=config.getoption("--loadguard-record"),
+    )
+    files = config.getoption("--loadguard-workarounds-from") or []
+    if files:
+        from .. import workarounds as registry
+        from ..errors import LoadguardError
+
+        for file in files:
+            try:
+                registry.load_file(file)
+            except LoadguardError as error:
+                raise pytest.UsageError(f"loadguard: {error.message}. {error.hint}") from None
+    sessions.append(session)
+    from .. import _observers
+
+    session.undo.append(_observers.listen(functools.partial(on_event, session)))
+    install(session)
+
+
+def pytest_unconfigure(config):
+    if not sessions:
+        return
+    session = sessions.pop()
+    while session.undo:
+        session.undo.pop()()
+    if session.record_path and not hasattr(config, "workerinput"):  # an xdist worker's record goes to the controller
+        processes = dict(session.workers)
+        if session.results or not processes:
+            processes["main"] = session.results
+        with open(session.record_path, "w") as handle:
+            json.dump({"processes": processes}, handle, indent=2)

@@ -1,0 +1,47 @@
+"""The fixtures: ``loadguard_report`` (the audits of the current test's loads) and ``hf_runner`` (the HfRunner class
+with the session's policy and poison and the test's workarounds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._state import RUNNER_POLICY, TestRecord, current_session, marker, policy_for
+
+@pytest.fixture
+def loadguard_report(request) -> list:
+    """The audit reports of the models the current test loaded so far (a live list)."""
+    return current_session().records.setdefault(request.node.nodeid, TestRecord()).reports
+
+
+@pytest.fixture
+def hf_runner(request):
+    """The HfRunner class with this session's policy, poison and the test's workarounds applied."""
+    from ..runner import HfRunner
+
+    settings = marker(request.node)
+    session = current_session()
+
+    def make(model, *args, **kwargs):
+        kwargs.setdefault("audit", RUNNER_POLICY[policy_for(request.node, session)])
+        kwargs.setdefault("poison", session.poison)
+        kwargs.setdefault("workarounds", tuple(settings.get("workarounds", ())))
+        kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
+        from ..errors import BrokenModelError, LoadguardError, hint_for
+
+        try:
+            return HfRunner(model, *args, **kwargs)
+        except BrokenModelError as error:  # one clear failure, not a traceback into loadguard
+            failure = f"loadguard: {error}"
+            if kwargs["audit"] != "repair":  # under repair, repair already ran and could not make it clean
+                failure += "\nIn this pytest run: --loadguard=repair repairs every audited load"
+        except LoadguardError as error:
+            if not error.fixes:
+                raise
+            failure = f"loadguard: {error.message}\nHint: {hint_for(error, 'pytest')}"
+        # failed outside the except block, so the report shows the message once, not as a chained exception
+        pytest.fail(failure, pytrace=False)
+
+    return make
+
+
+__all__ = ["hf_runner", "loadguard_report"]

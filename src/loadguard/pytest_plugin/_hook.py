@@ -1,0 +1,158 @@
+"""The load hook: ``PreTrainedModel.from_pretrained`` wrapped for the session (installed when transformers is first
+imported, so a run that never imports it pays nothing), running the marker's workarounds around each load and the
+session's policy after it."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import sys
+import warnings
+
+import pytest
+
+from ._state import Session, marker, policy_for
+
+_MODELING = "transformers.modeling_utils"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback on a module right after it is first imported, so the plugin patches transformers
+    only in runs that import it (a pytest run that never touches transformers pays nothing)."""
+
+    def __init__(self, name: str, callback):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        execute, callback = spec.loader.exec_module, self.callback
+
+        def exec_module(module):
+            execute(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+def install(session: Session) -> None:
+    module = sys.modules.get(_MODELING)
+    if module is not None:
+        _patch_from_pretrained(session, module.PreTrainedModel)
+        return
+    hook = _AfterImport(_MODELING, lambda module: _patch_from_pretrained(session, module.PreTrainedModel))
+    sys.meta_path.insert(0, hook)
+    session.undo.append(hook.remove)
+
+
+def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
+    original = PreTrainedModel.__dict__["from_pretrained"]
+    function = original.__func__
+
+    @functools.wraps(function)
+    def from_pretrained(cls, *args, **kwargs):
+        from .. import _observers
+
+        item = session.current
+        if _observers.inside_load.get() or item is None:
+            return function(cls, *args, **kwargs)  # loadguard.load audits itself; outside tests: untouched
+        from .. import workarounds as registry
+
+        policy = policy_for(item, session)
+        selection = marker(item).get("workarounds", ())
+        path = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+
+        def attempt(active):
+            from ..poison import poison
+
+            with poison() if session.poison or registry.decides_on_memory(selection) else contextlib.nullcontext():
+                return function(cls, *args, **kwargs)
+
+        try:
+            model, early = registry.attempt(attempt, selection, path, _config_of(path), strict=bool(marker(item).get("strict_stale", False)))
+        except Exception as error:
+            _name_workarounds(error, selection)
+            raise
+        registry.remember(model, early)
+        if policy != "off" or session.poison:
+            _audit_load(model, policy, item, early)
+        return model
+
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+
+    def undo():
+        PreTrainedModel.from_pretrained = original
+
+    session.undo.append(undo)
+
+
+def _config_of(path) -> dict:
+    """The config.json of a local model folder (for the workarounds' applies_to), else just its name."""
+    from .. import _hf
+
+    return {"_name_or_path": str(path), **(_hf.local_config(path) or {})}
+
+
+def _name_workarounds(error: BaseException, selection) -> None:
+    """A load that failed the way registered workarounds fix: say which, and how to apply them here."""
+    from .. import workarounds as registry
+    from ..errors import LoadguardError, fixes_hint
+
+    active = {w.name for w in registry.resolve(selection)}
+    names = [n for n in registry.fixes_for(error) if n not in active]
+    if not names:
+        return
+    if isinstance(error, LoadguardError):
+        error.fixes = tuple(names)
+    error.add_note(f"loadguard: {fixes_hint(names, 'pytest')}")
+
+
+def _audit_load(model, policy: str, item, early=()) -> None:
+    from .. import _observers
+    from .. import workarounds as registry
+    from ..load import describe_failures
+    from ..repair import repair
+
+    settings = marker(item)
+    chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
+    as_loaded, after = registry.audit_after_load(model, chosen, early=early, strict=bool(settings.get("strict_stale", False)))
+    report = after or as_loaded
+    model.loadguard_report = report
+    result = None
+    if not report.ok and policy == "repair":
+        result = repair(model, report)
+    _observers.notify("load", report=report, repair=result, policy=policy)
+    if result is not None and not result.ok:  # never let a test compare against a model that is still broken
+        from ..load import UNREPAIRED_HINT, describe_unrepaired
+
+        pytest.fail(f"loadguard: {describe_unrepaired(result)}\nHint: {UNREPAIRED_HINT}", pytrace=False)
+    if report.ok or policy in ("off", "repair"):
+        return
+    message = describe_failures(report)
+    hint = (
+        "repair it (--loadguard=repair, or loadguard.load(..., on_problem='repair')), or fix the model's _init_weights "
+        "so it rebuilds these tensors"
+    )
+    if policy == "warn":
+        from ..load import LoadguardWarning
+
+        warnings.warn(LoadguardWarning(f"{message}. {hint}"), stacklevel=3)
+        return
+    pytest.fail(f"loadguard: {message}\nHint: {hint}", pytrace=False)
+
+
+__all__ = ["install"]

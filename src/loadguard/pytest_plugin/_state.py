@@ -1,0 +1,80 @@
+"""The plugin's state: one session per pytest run (a stack: pytester runs sessions inside sessions), what each test
+loaded and compared, and the per-test settings (the ``loadguard`` marker over the command-line options)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+POLICIES = ("off", "warn", "fail", "repair")
+PATH = re.compile(r"(?:/[\w.@+-]+)+")  # temp folders differ per run: not part of a failure's identity
+RUNNER_POLICY = {"off": "off", "warn": "warn", "fail": "raise", "repair": "repair"}
+
+
+@dataclass
+class TestRecord:
+    loads: list = field(default_factory=list)  # (report, repair result or None)
+    reports: list = field(default_factory=list)  # the reports alone: what the loadguard_report fixture hands out
+    comparisons: list = field(default_factory=list)  # payloads of compare events
+
+
+@dataclass
+class Session:
+    policy: str = "off"
+    poison: bool = False
+    record_path: str | None = None
+    current: Any = None  # the running test item
+    records: dict = field(default_factory=dict)  # nodeid -> TestRecord
+    results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes for this process
+    loads: list = field(default_factory=list)  # one JSON-able summary per audited load (this process and its workers)
+    workers: dict = field(default_factory=dict)  # xdist worker id -> its results (on the controller)
+    undo: list = field(default_factory=list)
+
+
+sessions: list[Session] = []  # a stack: pytester can run a pytest session inside another
+
+
+def current_session() -> Session:
+    return sessions[-1] if sessions else Session()
+
+
+def marker(item) -> dict:
+    """The ``loadguard`` marker's settings for a test (empty without one)."""
+    found = item.get_closest_marker("loadguard") if item is not None else None
+    return dict(found.kwargs) if found is not None else {}
+
+
+def policy_for(item, session: Session | None = None) -> str:
+    """The policy for a test: its marker's, else the session's."""
+    chosen = marker(item).get("policy") or (session or current_session()).policy
+    if chosen not in POLICIES:
+        raise pytest.UsageError(f"loadguard marker: policy={chosen!r} is not one of {POLICIES}")
+    return chosen
+
+
+def on_event(session: Session, event: str, payload: dict) -> None:
+    item = session.current
+    if item is None:
+        return
+    record = session.records.setdefault(item.nodeid, TestRecord())
+    if event == "load":
+        report, repaired = payload["report"], payload.get("repair")
+        record.loads.append((report, repaired))
+        record.reports.append(report)
+        session.loads.append(
+            {
+                "model": report.model,
+                "ok": report.ok,
+                "tensors": [f.tensor for f in report.failures],
+                "repaired": None if repaired is None else repaired.ok,
+                "stale": [[w.name, w.detail] for w in report.workarounds if w.status == "stale"],
+            }
+        )
+    elif event == "compare":
+        record.comparisons.append(payload)
+
+
+__all__ = ["POLICIES", "PATH", "RUNNER_POLICY", "Session", "TestRecord", "current_session", "marker", "on_event", "policy_for", "sessions"]

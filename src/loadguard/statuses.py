@@ -1,0 +1,33 @@
+"""The vocabulary of a verdict: the statuses a finding can have, the checks that produce them, and which statuses fail
+an audit. Decided here once, below both the checks (which produce findings) and the report (which asks whether one
+fails)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    OK = "ok"
+    UNINITIALIZED = "uninitialized"
+    MISMATCH = "mismatch"
+    ON_META = "on_meta"
+    OVERWRITTEN = "overwritten"
+    UNVERIFIABLE = "unverifiable"
+
+
+class Check(str, Enum):
+    NON_PERSISTENT_BUFFER = "non_persistent_buffer"
+    CHECKPOINT_FIDELITY = "checkpoint_fidelity"
+    MISSING_KEY = "missing_key"
+    META_LEFTOVER = "meta_leftover"
+
+
+FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})
+
+
+def is_failing(status: str | Status) -> bool:
+    return Status(status) in FAILING_STATUSES
+
+
+__all__ = ["Check", "FAILING_STATUSES", "Status", "is_failing"]
