@@ -106,3 +106,27 @@ def test_meta_leftover():
 def test_failing_statuses():
     assert {s.value for s in checks.FAILING_STATUSES} == {"uninitialized", "mismatch", "on_meta", "overwritten"}
     assert not checks.is_failing("unverifiable") and not checks.is_failing("ok")
+
+
+def test_a_missing_key_transformers_reports_and_initialized_is_initialized_never_failing():
+    value = torch.randn(4, 4)
+    finding = checks.check_missing_key(entry(value, kind="parameter", persistent=True), value, None, reported=True)
+    assert finding.status == "initialized" and not finding.failing and "as transformers reports (missing_keys)" in finding.detail
+    # without transformers' word for it, the same tensor stays unverifiable (not initialized by request)
+    assert checks.check_missing_key(entry(value, kind="parameter", persistent=True), value, None).status == "unverifiable"
+
+
+def test_a_reported_missing_key_left_as_leftover_memory_still_fails():
+    loaded = torch.full((4,), float("nan"))
+    finding = checks.check_missing_key(entry(loaded, kind="parameter", persistent=True), loaded, None, reported=True)
+    assert finding.status == "uninitialized" and finding.failing
+
+
+def test_a_size_mismatch_ignored_on_request_is_initialized():
+    loaded, stored = torch.randn(5, 4), torch.randn(2, 4)
+    finding = checks.check_checkpoint_fidelity(entry(loaded, name="score.weight", kind="parameter", persistent=True), loaded, stored, "score.weight", resized=True)
+    assert finding.status == "initialized" and not finding.failing and "ignore_mismatched_sizes" in finding.detail and "(2, 4)" in finding.detail
+    poisoned = torch.full((5, 4), float("nan"))
+    assert checks.check_checkpoint_fidelity(entry(poisoned, kind="parameter", persistent=True), poisoned, stored, "k", resized=True).status == "uninitialized"
+    # a shape that differs with no request behind it is a mismatch
+    assert checks.check_checkpoint_fidelity(entry(loaded, kind="parameter", persistent=True), loaded, stored, "k").status == "mismatch"

@@ -58,3 +58,16 @@ def test_bad_arguments_are_typed_errors(zoo_folder, tmp_path):
         loadguard.load("AutoModel", tmp_path / "nowhere")
     with pytest.raises(InvalidOptionError, match="not a dtype"):
         loadguard.load("AutoModel", zoo_folder("clean"), trust_remote_code=True, dtype="float8")
+
+
+def test_load_and_the_runner_take_output_loading_info_and_keep_transformers_report(native_folders):
+    from loadguard.loading_info import of
+    from loadguard.runner import HfRunner
+
+    folder, _ = native_folders["llama"]
+    model = loadguard.load("LlamaModel", folder, output_loading_info=True)  # a base model from a head checkpoint
+    assert isinstance(model, torch.nn.Module) and model.loadguard_report.ok
+    info = of(model)
+    assert info is not None and "lm_head.weight" in info.unexpected
+    with HfRunner(folder, model_kwargs={"output_loading_info": True}) as hf:
+        assert isinstance(hf.model, torch.nn.Module) and hf.report.ok

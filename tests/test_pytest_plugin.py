@@ -214,6 +214,32 @@ def test_plugin_costs_nothing_in_a_run_without_transformers_and_patches_it_when_
     result.assert_outcomes(passed=2)
 
 
+def test_off_installs_no_hook_unless_a_marker_asks(pytester):
+    """--loadguard=off (the default) leaves from_pretrained untouched: a suite sees transformers' own; a run whose tests
+    carry a loadguard marker gets the hook (the marker may set a policy for its tests)."""
+    pytester.makepyfile(
+        test_untouched="""
+        def test_from_pretrained_is_transformers_own():
+            from transformers import PreTrainedModel
+            assert "loadguard" not in PreTrainedModel.from_pretrained.__func__.__code__.co_filename
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    result.assert_outcomes(passed=1)
+    pytester.makepyfile(
+        test_marked="""
+        import pytest
+
+        @pytest.mark.loadguard(policy="fail")
+        def test_marked_tests_get_the_hook():
+            from transformers import PreTrainedModel
+            assert PreTrainedModel.from_pretrained.__func__.__code__.co_filename.endswith("pytest_plugin/_hook.py")
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "test_marked.py")
+    result.assert_outcomes(passed=1)
+
+
 def run_repeat(pytester, *args):
     from loadguard.cli import main
 

@@ -136,14 +136,21 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
 
 
 def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tuple[str, ...] = (), **kwargs: Any):
-    """``cls.from_pretrained(path, **kwargs)``; every failure becomes a :class:`LoadguardError`, naming the
-    registered workarounds that fix it (other than those in ``active_workarounds``)."""
+    """``cls.from_pretrained(path, **kwargs)`` returning the model, with transformers' loading info kept on it
+    (:mod:`loadguard.loading_info`: the evidence of what was not loaded on purpose); every failure becomes a
+    :class:`LoadguardError`, naming the registered workarounds that fix it (other than those in ``active_workarounds``)."""
+    from . import loading_info
+
+    kwargs.pop("output_loading_info", None)  # asked for below; the caller gets the model (its info kept on it)
     try:
-        return cls.from_pretrained(str(path), **kwargs)
+        result = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
     except LoadguardError:
         raise
     except Exception as error:
         raise translate(error, path, active_workarounds, device_map=kwargs.get("device_map")) from error
+    model, info = loading_info.split(result)
+    loading_info.remember(model, info)
+    return model
 
 
 def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = (), device_map: Any = None) -> LoadguardError:

@@ -45,8 +45,13 @@ def versions() -> dict[str, str]:
 
 
 def _model_name(model: nn.Module) -> str:
+    """The folder or Hub id the model was loaded from; without one (``from_pretrained(None, state_dict=...)``, a model
+    built in memory), its class."""
     config = getattr(model, "config", None)
-    return str(getattr(config, "_name_or_path", "") or getattr(model, "name_or_path", "") or type(model).__name__)
+    for candidate in (getattr(config, "_name_or_path", None), getattr(model, "name_or_path", None)):
+        if candidate not in (None, "", "None"):
+            return str(candidate)
+    return type(model).__name__
 
 
 def _resolve_checkpoint(model: nn.Module, checkpoint: Any) -> tuple[Checkpoint | None, str]:
@@ -64,6 +69,8 @@ def _resolve_checkpoint(model: nn.Module, checkpoint: Any) -> tuple[Checkpoint |
                 if "holds no checkpoint" in error.message:
                     return None, f"no checkpoint found in {name}"
                 raise
+        if name == type(model).__name__:
+            return None, "no checkpoint folder: the model was not loaded from one (a state dict, a config, a model built in memory); pass checkpoint=PATH"
         return None, "no checkpoint given and the model's name_or_path is not a local folder (pass checkpoint=PATH)"
     return Checkpoint.open(Path(checkpoint)), ""
 
@@ -120,7 +127,8 @@ def _summary(check: Check, checked: int, findings: list[Finding], reason: str = 
         True,
         checked=checked,
         failed=sum(f.failing for f in findings),
-        unverifiable=sum(not f.failing for f in findings),
+        unverifiable=sum(f.status == "unverifiable" for f in findings),
+        initialized=sum(f.status == "initialized" for f in findings),
         reason=reason,
     )
 
@@ -156,7 +164,7 @@ def computed_state(
     return found, _summary(Check.NON_PERSISTENT_BUFFER, len(entries), found, reason)
 
 
-def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") -> AuditReport:
+def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", loading_info: Any = None) -> AuditReport:
     """Say which tensors of ``model`` are not what its code and its checkpoint define.
 
     Args:
@@ -167,6 +175,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         reference: ``"auto"`` builds the reference of the model's buffers from its class and config
             (cached); ``None`` skips the non-persistent-buffer check; or a prebuilt
             :class:`loadguard.reference.Reference`.
+        loading_info: what transformers reported about the load (the dict ``output_loading_info=True`` returns, or a
+            :class:`loadguard.loading_info.LoadingInfo`); default: what loadguard kept on the model when it loaded it.
+            Tensors it reports missing or size-mismatched on request, holding real values, are ``initialized``.
 
     Checks: ``non_persistent_buffer`` (every alias against the reference), ``checkpoint_fidelity``
     (every state-dict tensor the checkpoint holds, exact after the dtype cast), ``missing_key``
@@ -179,8 +190,11 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
         report = loadguard.audit(model)
         assert report.ok, [f.tensor for f in report.failures]
     """
+    from . import loading_info as loading
     from .offload import Offloaded
 
+    info = loading.LoadingInfo.from_transformers(loading_info) if loading_info is not None else loading.of(model)
+    info = info or loading.LoadingInfo()
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     inventory = Inventory(model)
@@ -236,7 +250,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
                     if _untouched(pages, ckpt, key, loaded):
                         proven += 1  # the very bytes of the file, never written since: equal without reading
                         continue
-                    finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key)
+                    finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key, resized=entry.name in info.mismatched)
                     ckpt.release(key)  # one tensor of the file resident at a time
                     if finding is not None:
                         fidelity.append(finding)
@@ -244,7 +258,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto") 
                     fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
                 else:
                     reference_value = ref.values.get(entry.name) if ref is not None else None
-                    missing.append(checks.check_missing_key(entry, loaded, reference_value))
+                    missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing))
         pages.close()
         findings += fidelity + missing
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)

@@ -217,10 +217,23 @@ def equal_after_cast(loaded: torch.Tensor, stored: torch.Tensor) -> bool:
     return all(_pool().map(chunk, starts))
 
 
-def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str) -> Finding | None:
+def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str, resized: bool = False) -> Finding | None:
     """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality. The common
-    case (equal) streams: see :func:`equal_after_cast`; only a tensor that differs is looked at in full."""
+    case (equal) streams: see :func:`equal_after_cast`; only a tensor that differs is looked at in full.
+
+    ``resized``: transformers reports this tensor among its ``mismatched_keys`` (a size mismatch the load was asked
+    to ignore, ``ignore_mismatched_sizes=True``): then a shape that differs from the checkpoint's is the request,
+    and the tensor is ``initialized`` unless its values are leftover memory."""
     if tuple(stored.shape) != tuple(loaded.shape):
+        if resized:
+            reason = garbage(loaded)
+            if reason:
+                return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.UNINITIALIZED, f"size mismatch ignored on request, then never initialized: {reason}")
+            return _finding(
+                entry, Check.CHECKPOINT_FIDELITY, Status.INITIALIZED,
+                f"size mismatch ignored on request (ignore_mismatched_sizes): checkpoint {key!r} has {tuple(stored.shape)}, the model "
+                f"{tuple(loaded.shape)}; initialized by the model's code, as transformers reports (mismatched_keys)",
+            )
         return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.MISMATCH, f"shape {tuple(loaded.shape)}, checkpoint {key!r} has {tuple(stored.shape)}")
     if equal_after_cast(loaded, stored):
         return None
@@ -286,8 +299,11 @@ def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) ->
     return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.OVERWRITTEN, detail)
 
 
-def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None) -> Finding:
-    """A state-dict tensor the checkpoint does not hold: initialized by code, not loaded."""
+def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None, reported: bool = False) -> Finding:
+    """A state-dict tensor the checkpoint does not hold: initialized by code, not loaded.
+
+    ``reported``: transformers lists it among the load's ``missing_keys`` (a head loaded from a base checkpoint, a
+    parameter added since): with a real value it is ``initialized``, never failing; leftover memory still fails."""
     if reference is not None:
         expected = reference.to(device=loaded.device, dtype=loaded.dtype)
         if expected.shape == loaded.shape and matches(loaded, expected):
@@ -298,6 +314,11 @@ def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch
     reason = garbage(loaded)
     if reason:
         return _finding(entry, Check.MISSING_KEY, Status.UNINITIALIZED, f"not in the checkpoint and never initialized: {reason}")
+    if reported:
+        return _finding(
+            entry, Check.MISSING_KEY, Status.INITIALIZED,
+            "missing from the checkpoint: initialized by the model's _init_weights, as transformers reports (missing_keys)",
+        )
     return _finding(
         entry,
         Check.MISSING_KEY,

@@ -20,6 +20,7 @@ _STATUS_STYLE = {
     "mismatch": "red",
     "on_meta": "bold magenta",
     "unverifiable": "yellow",
+    "initialized": "cyan",
 }
 
 
@@ -60,7 +61,7 @@ def _diff(group: list[Finding]) -> str:
     values = [f.max_abs_diff for f in group if f.max_abs_diff is not None]
     if values:
         return f"{max(values):.3g}"
-    return "n/a" if any(f.status != "unverifiable" for f in group) else ""
+    return "n/a" if any(f.status not in ("unverifiable", "initialized") for f in group) else ""
 
 
 def findings_table(findings: Iterable[Finding], title: str | None = None) -> Table:
@@ -93,6 +94,8 @@ def check_lines(report: AuditReport) -> list[str]:
             lines.append(f"{summary.check:<22} not run: {summary.reason}")
             continue
         text = f"{summary.check:<22} {summary.checked} checked, {summary.failed} failed"
+        if summary.initialized:
+            text += f", {summary.initialized} initialized on request"
         if summary.unverifiable:
             text += f", {summary.unverifiable} unverifiable"
         if summary.reason:

@@ -67,6 +67,9 @@ class CheckSummary:
     failed: int = 0
     unverifiable: int = 0
     reason: str = ""
+    initialized: int = 0
+    """Tensors not loaded on request or as transformers reports (missing keys, ignored size mismatches) that hold a
+    real value."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class CheckSummary:
             "checked": self.checked,
             "failed": self.failed,
             "unverifiable": self.unverifiable,
+            "initialized": self.initialized,
             "reason": self.reason,
         }
 
@@ -84,7 +88,7 @@ class AuditReport:
     """What ``loadguard.audit`` found.
 
     ``ok`` is False when any finding has a failing status (uninitialized, mismatch, on_meta,
-    overwritten); unverifiable findings are reported but do not fail.
+    overwritten); unverifiable and initialized findings are reported but do not fail.
 
     Example::
 

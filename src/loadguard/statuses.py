@@ -14,6 +14,10 @@ class Status(str, Enum):
     ON_META = "on_meta"
     OVERWRITTEN = "overwritten"
     UNVERIFIABLE = "unverifiable"
+    INITIALIZED = "initialized"
+    """Not loaded, on request or as transformers reports (a key missing from the checkpoint, a size mismatch
+    ignored with ``ignore_mismatched_sizes``), and holding a real value: initialized by the model's code. Reported,
+    never failing."""
 
 
 class Check(str, Enum):

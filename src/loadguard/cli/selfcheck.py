@@ -45,6 +45,9 @@ def selfcheck(fmt, cached):
         for column in ("model", "covers", "scan predicts", "full audit finds", "agree"):
             table.add_column(column, overflow="fold", ratio=1 if column in ("covers", "scan predicts") else None)
         for case in result.cases:
+            if case.skipped:
+                table.add_row(case.entry, case.covers, case.skipped, "the same", "[yellow]skipped[/]")
+                continue
             audited = "" if case.error else ("the same" if case.agree else _verdict(case.audited))
             table.add_row(case.entry, case.covers, case.error or _verdict(case.predicted), audited, "[green]yes[/]" if case.agree else "[bold red]NO[/]")
         out.print(table)

@@ -69,7 +69,15 @@ def pytest_configure(config):
     from .. import _observers
 
     session.undo.append(_observers.listen(functools.partial(on_event, session)))
-    install(session)
+    if session.policy != "off" or session.poison:  # off touches nothing (a marker may still ask: see below)
+        install(session)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """With ``--loadguard=off``, the hook goes in only for a run whose tests carry a ``loadguard`` marker."""
+    own = current_session()
+    if not own.installed and any(item.get_closest_marker("loadguard") is not None for item in items):
+        install(own)
 
 
 def pytest_unconfigure(config):

@@ -50,6 +50,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def install(session: Session) -> None:
+    """Wrap ``from_pretrained`` for the session (once), now or when transformers is first imported."""
+    if session.installed:
+        return
+    session.installed = True
     module = sys.modules.get(_MODELING)
     if module is not None:
         _patch_from_pretrained(session, module.PreTrainedModel)
@@ -70,6 +74,7 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         item = session.current
         if _observers.inside_load.get() or item is None:
             return function(cls, *args, **kwargs)  # loadguard.load audits itself; outside tests: untouched
+        from .. import loading_info
         from .. import workarounds as registry
 
         policy = policy_for(item, session)
@@ -79,18 +84,26 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         def attempt(active):
             from ..poison import poison
 
+            # transformers' own loading info is the evidence of what was not loaded on purpose: always asked for,
+            # handed back only to a caller who asked (any return shape: the model is found in it)
             with poison() if session.poison or registry.decides_on_memory(selection) else contextlib.nullcontext():
-                return function(cls, *args, **kwargs)
+                return function(cls, *args, **{**kwargs, "output_loading_info": True})
 
         try:
-            model, early = registry.attempt(attempt, selection, path, _config_of(path), strict=bool(marker(item).get("strict_stale", False)))
+            result, early = registry.attempt(attempt, selection, path, _config_of(path), strict=bool(marker(item).get("strict_stale", False)))
         except Exception as error:
             _name_workarounds(error, selection)
             raise
+        import torch
+
+        model, info = loading_info.split(result)
+        if not isinstance(model, torch.nn.Module):  # a custom class's return with no model in it: nothing to audit
+            return result
+        loading_info.remember(model, info)
         registry.remember(model, early)
         if policy != "off" or session.poison:
             _audit_load(model, policy, item, early)
-        return model
+        return result if kwargs.get("output_loading_info") else model
 
     PreTrainedModel.from_pretrained = classmethod(from_pretrained)
 

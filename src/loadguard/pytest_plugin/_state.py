@@ -32,6 +32,7 @@ class Session:
     loads: list = field(default_factory=list)  # one JSON-able summary per audited load (this process and its workers)
     workers: dict = field(default_factory=dict)  # xdist worker id -> its results (on the controller)
     undo: list = field(default_factory=list)
+    installed: bool = False  # the from_pretrained hook: only where a policy, poison or a marker asks for it
 
 
 sessions: list[Session] = []  # a stack: pytester can run a pytest session inside another
@@ -71,6 +72,9 @@ def on_event(session: Session, event: str, payload: dict) -> None:
                 "tensors": [f.tensor for f in report.failures],
                 "repaired": None if repaired is None else repaired.ok,
                 "stale": [[w.name, w.detail] for w in report.workarounds if w.status == "stale"],
+                "initialized": sum(f.status == "initialized" for f in report.findings),
+                "not_run": [c.check for c in report.checks if not c.ran],
+                "not_run_reason": next((c.reason for c in report.checks if not c.ran), ""),
             }
         )
     elif event == "compare":
