@@ -302,3 +302,42 @@ def test_missing_kernels_package_is_an_error_with_the_ways_out(run, zoo_folder, 
     code, out, err = run("scan", str(zoo_folder("np_buffer")), "--trust-remote-code", "--format", "json")
     document = json.loads(out)
     assert code == 1 and document["scanned"] and "hub kernels not applied" in document["method"], err
+
+
+@needs_v5
+def test_untied_v4_list_ties_fail_and_repair_reties_them(run, zoo_folder):
+    """An encoder-decoder whose v4 list-style tied embeddings are absent from its checkpoint: transformers 5 leaves
+    them untied, holding random init, and its loading report is clean. The audit names both; repair ties them again,
+    and the repaired model computes what the correctly tied model computes."""
+    import torch
+
+    import loadguard
+
+    folder = str(zoo_folder("v4_tied_list"))
+    code, out, err = run("audit", folder, "--trust-remote-code", "--repair", "--format", "json")
+    document = json.loads(out)
+    tied = {f["tensor"]: (f["check"], f["status"]) for f in document["findings"] if f["check"] == "tied_weights"}
+    assert code == 1 and tied == {name: ("tied_weights", "mismatch") for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")}
+    assert "declared tied to shared.weight (v4 list)" in next(f["detail"] for f in document["findings"] if f["check"] == "tied_weights")
+    assert document["repair"]["ok"] is True
+    model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True)
+    assert model.encoder.embed_tokens.weight is model.shared.weight is model.decoder.embed_tokens.weight  # the same tensor again
+    ids = torch.tensor([[3, 5, 7, 9, 11]])
+    assert torch.equal(model(ids).logits, zoo.build_model("v4_tied_list")(ids).logits)
+
+
+def test_machine_output_stays_machine_output_when_model_code_prints(zoo_folder, tmp_path):
+    """A model whose code prints (at import, as some remote code does): with --format json stdout holds only our
+    document; what the model printed goes to stderr."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "chatty"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    modeling = folder / "modeling_lgtoy.py"
+    modeling.write_text(modeling.read_text() + '\nprint("loading the chatty model")\nimport os\nos.write(1, b"raw bytes on fd 1\\n")\n')
+    for command in (["audit", str(folder), "--trust-remote-code", "--format", "json"], ["scan", str(folder), "--trust-remote-code", "--format", "json"]):
+        result = subprocess.run([sys.executable, "-m", "loadguard", *command], capture_output=True, text=True, timeout=300)
+        assert result.returncode in (0, 1), result.stderr
+        json.loads(result.stdout)  # nothing but the document
+        assert "loading the chatty model" in result.stderr and "raw bytes on fd 1" in result.stderr

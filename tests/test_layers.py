@@ -14,7 +14,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "_cache", "_observers", "_config", "statuses", "workarounds", "workarounds._registry", "workarounds._external",
      "workarounds.minicpmv", "workarounds.remote_code", "workarounds.transformers_v4", "workarounds._attn_mask_v4"),
     ("inventory", "report", "loading_info", "poison", "_pages", "zoo", "zoo.*"),
-    ("reference", "checkpoint", "keymap", "offload", "checks", "_hf", "_transformers"),
+    ("reference", "checkpoint", "keymap", "offload", "checks", "_equality", "ties", "_hf", "_transformers"),
     ("audit",),
     ("repair",),
     ("workarounds._apply",),

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from . import checks
+from . import ties as tie_module
 from .checkpoint import Checkpoint, KeyMap, map_keys
 from .checks import Check
 from .errors import LoadguardError
@@ -164,6 +165,23 @@ def computed_state(
     return found, _summary(Check.NON_PERSISTENT_BUFFER, len(entries), found, reason)
 
 
+def tied_weights(inventory: Inventory, ties, value: Callable[[str], torch.Tensor] | None, loaded_from: Callable[[str], str | None]) -> list[Finding]:
+    """Every declared tie whose target is not the same tensor as its source: its value must still be the source's.
+    ``value`` None: a scan (no values; only a tie missing from the checkpoint and not made can be seen);
+    ``loaded_from(name)``: the checkpoint key a tensor was loaded from, None when the checkpoint lacks it."""
+    found = []
+    with torch.no_grad():
+        for tie in ties:
+            if tie.source in inventory.aliases(tie.target):
+                continue  # the same tensor: its value is the source's, verified there
+            source_value = value(tie.source) if value is not None else None
+            target_value = value(tie.target) if value is not None else inventory.tensor(tie.target)
+            finding = checks.check_tie(inventory[tie.target], target_value, tie.source, source_value, tie.how, loaded_from(tie.target))
+            if finding is not None:
+                found.append(finding)
+    return found
+
+
 def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", loading_info: Any = None) -> AuditReport:
     """Say which tensors of ``model`` are not what its code and its checkpoint define.
 
@@ -223,8 +241,10 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
     summaries.append(summary)
     seconds["buffers"] = time.perf_counter() - start
 
-    # checkpoint fidelity and missing keys
+    # checkpoint fidelity and missing keys (a declared tie target is decided by its tie, below)
     start = time.perf_counter()
+    ties = [t for t in tie_module.declared(model) if t.target in inventory and t.source in inventory and not {t.target, t.source} & on_meta]
+    tie_targets = {t.target for t in ties}
     ckpt, ckpt_reason = _resolve_checkpoint(model, checkpoint)
     state_entries = [e for e in inventory.state_entries if e.name not in on_meta]
     key_map: KeyMap | None = None
@@ -256,7 +276,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
                         fidelity.append(finding)
                 elif entry.name in key_map.fused:
                     fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
-                else:
+                elif entry.name not in tie_targets:
                     reference_value = ref.values.get(entry.name) if ref is not None else None
                     missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing))
         pages.close()
@@ -271,6 +291,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
             notes.append(f"{len(offload)} offloaded by accelerate, verified as its hooks load them")
         summaries.append(_summary(Check.CHECKPOINT_FIDELITY, compared, fidelity, "; ".join(notes)))
         summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
+    tied = tied_weights(inventory, ties, value, (lambda name: key_map.to_checkpoint.get(name)) if key_map is not None else (lambda name: "(no checkpoint to tell)"))
+    findings += tied
+    summaries.append(_summary(Check.TIED_WEIGHTS, len(ties), tied))
     seconds["checkpoint"] = time.perf_counter() - start
 
     findings = [_offloaded(f, offload) if f.tensor in offload else f for f in findings]

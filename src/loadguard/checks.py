@@ -11,6 +11,7 @@ import torch
 
 from .inventory import TensorEntry
 from .report import Finding, finite_or_none
+from ._equality import equal_after_cast
 from .statuses import FAILING_STATUSES, Check, Status, is_failing  # noqa: F401  (checks.Status & co. stay importable)
 
 
@@ -145,78 +146,6 @@ def check_non_persistent_buffer(
     return _finding(entry, Check.NON_PERSISTENT_BUFFER, status, detail, max_abs_diff(loaded, expected))
 
 
-# Elements per slice when the checkpoint's dtype or device differs from the loaded tensor's: the cast (and the
-# copy to the tensor's device) is made a slice at a time, so no full-size temporary is ever allocated.
-CHUNK = 1 << 22
-
-
-_POOL = None
-
-
-def _pool():
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="loadguard-compare")
-    return _POOL
-
-
-def _words(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous CPU tensor's bytes as the widest integers they align to (comparing int64 is ~3x faster than
-    comparing bfloat16 values)."""
-    flat = tensor.reshape(-1).view(torch.uint8)
-    for dtype, size in ((torch.int64, 8), (torch.int32, 4)):
-        if flat.numel() % size == 0 and flat.data_ptr() % size == 0:
-            return flat.view(dtype)
-    return flat
-
-
-def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    wa, wb = _words(a), _words(b)
-    if wa.dtype != wb.dtype:
-        wa, wb = a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
-    return torch.equal(wa, wb)
-
-
-def _cpu_contiguous(*tensors: torch.Tensor) -> bool:
-    return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
-
-
-def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two CPU tensors of one dtype and shape hold the same bytes (then they are equal; the converse
-    fails only for 0.0 vs -0.0 and NaN payloads, which the value comparison after it handles). Large ones are
-    split across threads (torch releases the GIL)."""
-    if a.dtype != b.dtype or a.shape != b.shape or not _cpu_contiguous(a, b):
-        return False
-    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-    parts = max(1, min(torch.get_num_threads(), flat_a.numel() // CHUNK))
-    if parts == 1:
-        return _same_bytes(flat_a, flat_b)
-    step = -(-flat_a.numel() // parts)
-    return all(_pool().map(lambda i: _same_bytes(flat_a[i : i + step], flat_b[i : i + step]), range(0, flat_a.numel(), step)))
-
-
-def equal_after_cast(loaded: torch.Tensor, stored: torch.Tensor) -> bool:
-    """``torch.equal(loaded, stored.to(loaded.dtype, loaded.device))`` without materializing the cast: slice by
-    slice (a contiguous loaded tensor), each cast where ``loaded`` lives, slices in parallel on CPU."""
-    if stored.dtype == loaded.dtype and stored.device == loaded.device:
-        return bytes_equal(loaded, stored) or torch.equal(loaded, stored)
-    if not (loaded.is_contiguous() and stored.is_contiguous()):
-        return torch.equal(loaded, stored.to(device=loaded.device, dtype=loaded.dtype))
-    flat_loaded, flat_stored = loaded.reshape(-1), stored.reshape(-1)
-
-    def chunk(start: int) -> bool:
-        part = flat_loaded[start : start + CHUNK]
-        piece = flat_stored[start : start + CHUNK].to(device=loaded.device, dtype=loaded.dtype)
-        return (_cpu_contiguous(part, piece) and _same_bytes(part, piece)) or torch.equal(part, piece)
-
-    starts = range(0, flat_loaded.numel(), CHUNK)
-    if loaded.device.type != "cpu" or len(starts) == 1:
-        return all(chunk(start) for start in starts)
-    return all(_pool().map(chunk, starts))
-
-
 def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str, resized: bool = False) -> Finding | None:
     """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality. The common
     case (equal) streams: see :func:`equal_after_cast`; only a tensor that differs is looked at in full.
@@ -297,6 +226,32 @@ def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) ->
         if set(kinds) <= CONSTANT_FILLS:
             detail += f": {CONSTANT_FILL_NOTE}"
     return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.OVERWRITTEN, detail)
+
+
+def check_tie(entry: TensorEntry, loaded: torch.Tensor, source: str, source_value: torch.Tensor | None, how: str, loaded_from: str | None) -> Finding | None:
+    """A tensor the model declares tied to ``source`` that is not the same tensor: its value must still be the
+    source's. ``loaded_from``: the checkpoint key it was loaded from (None: not in the checkpoint, so whatever it holds
+    came from initialization). ``source_value`` None: a scan, where only the missing tie can be seen."""
+    if source_value is None:
+        if loaded_from is not None:
+            return None
+        return _finding(
+            entry, Check.TIED_WEIGHTS, Status.MISMATCH,
+            f"declared tied to {source} ({how}) and not in the checkpoint, but not tied after loading: it keeps whatever initialized it",
+        )
+    if tuple(source_value.shape) == tuple(loaded.shape) and (loaded.device.type == "meta" or source_value.device.type == "meta"):
+        return None
+    if tuple(source_value.shape) == tuple(loaded.shape) and torch.equal(loaded, source_value.to(device=loaded.device, dtype=loaded.dtype)):
+        return None
+    if how != "mapping" and loaded_from is not None:
+        return None  # a 4.x-style list is a hint, not a mapping: a value the checkpoint gave it stands
+    differing = int((loaded != source_value.to(device=loaded.device, dtype=loaded.dtype)).sum()) if source_value.shape == loaded.shape else loaded.numel()
+    origin = f"loaded from checkpoint key {loaded_from!r}" if loaded_from else "not in the checkpoint: it holds what initialized it, never tied"
+    return _finding(
+        entry, Check.TIED_WEIGHTS, Status.MISMATCH,
+        f"declared tied to {source} ({how}), but not the same tensor and {differing} of {loaded.numel()} values differ ({origin})",
+        max_abs_diff(loaded, source_value.to(device=loaded.device, dtype=loaded.dtype)) if source_value.shape == loaded.shape else None,
+    )
 
 
 def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None, reported: bool = False) -> Finding:

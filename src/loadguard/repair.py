@@ -11,6 +11,7 @@ from .audit import audit
 from .checks import Check
 from .inventory import Inventory
 from .report import AuditReport, RepairResult, Unrepaired
+from .ties import declared as declared_ties
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
     - weights that differ from the checkpoint (overwritten, uninitialized): the checkpoint's value,
       copied in place so parameters, tied weights and references to them stay the same objects;
     - tensors left on meta: the checkpoint's or the reference's value, on the model's device;
+    - tensors the model declares tied that a load left untied: tied again (the source's very tensor, as
+      ``tie_weights`` would);
     - tensors accelerate offloads (cpu or disk): the right value where its hook reads it, in memory (the offload
       folder and the checkpoint are never written), so the model computes with it from the next forward on.
 
@@ -55,6 +58,8 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
     plans: list[_Plan] = []
     unrepaired: list[Unrepaired] = []
     planned: set[str] = set()
+    retie: list[tuple[str, str]] = []  # (target, source): made the same tensor again, as tie_weights would
+    sources = {tie.target: tie.source for tie in declared_ties(model)}
     with torch.no_grad():
         for finding in report.failures:
             name = finding.tensor
@@ -62,6 +67,14 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
                 continue
             if name not in inventory:
                 unrepaired.append(Unrepaired(name, "the model no longer has this tensor"))
+                continue
+            if finding.check == Check.TIED_WEIGHTS.value:
+                source = sources.get(name)
+                if source is None or source not in inventory or inventory[name].kind != inventory[source].kind:
+                    unrepaired.append(Unrepaired(name, "the model no longer declares the tie"))
+                    continue
+                retie.append((name, source))
+                planned.add(name)
                 continue
             entry = inventory[name]
             current = inventory.tensor(name)
@@ -96,8 +109,12 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
                     offload.replace(name, plan.value)
             else:
                 _assign(model, inventory, plan)
+        for target, source in retie:
+            entry = inventory[target]
+            table = model.get_submodule(entry.module)._parameters if entry.kind == "parameter" else model.get_submodule(entry.module)._buffers
+            table[entry.attribute] = inventory.tensor(source)
     after = audit(model, checkpoint if checkpoint is not None else False, reference=reference)
-    repaired = tuple(name for plan in plans for name in plan.names)
+    repaired = tuple(name for plan in plans for name in plan.names) + tuple(target for target, _ in retie)
     return RepairResult(repaired=repaired, unrepaired=tuple(unrepaired), before=report, after=after)
 
 

@@ -40,7 +40,8 @@ from ._transformers import (
     WEIGHTLESS_METHOD,
     weightless_state_dict,
 )
-from .audit import _summary, computed_state, meta_leftovers, versions
+from . import ties as tie_module
+from .audit import _summary, computed_state, meta_leftovers, tied_weights, versions
 from .checks import Check
 from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ScanError
 from .inventory import Inventory
@@ -180,22 +181,26 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     summaries.append(summary)
     written: list[Finding] = []
     missing: list[Finding] = []
+    ties = [t for t in tie_module.declared(model) if t.target in inventory and t.source in inventory and not {t.target, t.source} & on_meta]
+    tie_targets = {t.target for t in ties}
     state = [e for e in inventory.state_entries if e.name not in on_meta]
     with torch.no_grad():
         for entry in state:
             if entry.name in loaded:
                 if entry.name in record.writes or entry.name in record.replaced:
                     written.append(checks.check_predicted_write(entry, record.writes.get(entry.name, []), entry.name in record.replaced))
-            else:
+            elif entry.name not in tie_targets:
                 value = reference.values.get(entry.name) if reference is not None else None
                 missing.append(checks.check_missing_key(entry, inventory.tensor(entry.name), value))
-    findings += written + missing
+    tied = tied_weights(inventory, ties, None, lambda name: name if name in loaded else None)
+    findings += written + missing + tied
     kept = sum(1 for e in state if e.name in loaded)
     summaries.append(_summary(Check.CHECKPOINT_FIDELITY, kept, written, f"predicted: {kept} loaded, {len(written)} written after loading by weight initialization"))
     if mode == "header":
         summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
     else:
         summaries.append(CheckSummary(Check.MISSING_KEY.value, False, reason="no checkpoint header: every key of the model's state dict assumed present"))
+    summaries.append(_summary(Check.TIED_WEIGHTS, len(ties), tied))
     predicted = [dataclasses.replace(f, predicted=True, detail=f"predicted: {f.detail}") for f in findings]
     seconds["checks"] = time.perf_counter() - start
     return AuditReport(

@@ -25,6 +25,7 @@ class Check(str, Enum):
     CHECKPOINT_FIDELITY = "checkpoint_fidelity"
     MISSING_KEY = "missing_key"
     META_LEFTOVER = "meta_leftover"
+    TIED_WEIGHTS = "tied_weights"
 
 
 FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})

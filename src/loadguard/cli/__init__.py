@@ -12,7 +12,7 @@ import traceback
 import click
 
 from ..errors import LoadguardError
-from ._common import ExitCode, stderr
+from ._common import ExitCode, machine_output, stderr
 
 
 class _LazyGroup(click.Group):
@@ -50,10 +50,23 @@ def cli() -> None:
     """Prove a model came out of loading exactly as its checkpoint and its code define it."""
 
 
+def _machine_format(arguments: list[str]) -> bool:
+    """``--format json`` / ``--format=markdown``: the output is for a machine; stdout must hold only it."""
+    for index, argument in enumerate(arguments):
+        if argument == "--":
+            return False
+        value = argument.split("=", 1)[1] if argument.startswith("--format=") else (arguments[index + 1] if argument == "--format" and index + 1 < len(arguments) else None)
+        if value in ("json", "markdown"):
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        code = cli.main(args=argv, prog_name="loadguard", standalone_mode=False)
+        with machine_output(_machine_format(arguments)):
+            code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False)
     except LoadguardError as error:
         if debug:
             traceback.print_exc()

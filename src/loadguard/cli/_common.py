@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import threading
 from enum import IntEnum
@@ -17,6 +18,48 @@ class ExitCode(IntEnum):
     CLEAN = 0
     FINDINGS = 1
     COULD_NOT_RUN = 2
+
+
+_document: list = []  # the real stdout while a machine format keeps everything else off it
+
+
+def emit(text: str) -> None:
+    """Write our document (JSON, Markdown, a path) to stdout: the real one, even while a machine format sends
+    whatever else writes to stdout (a model's own code, transformers) to stderr."""
+    stream = _document[-1] if _document else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+@contextlib.contextmanager
+def machine_output(active: bool):
+    """With ``--format json|markdown``: stdout holds only our document. Anything else printed meanwhile (a model's
+    ``print``, a C extension writing to file descriptor 1) goes to stderr; :func:`emit` writes to the real stdout."""
+    if not active:
+        yield
+        return
+    previous = sys.stdout
+    previous.flush()
+    try:
+        on_descriptor = previous.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a captured stream (pytest's capsys): Python-level only
+        on_descriptor = False
+    saved = os.dup(1) if on_descriptor else None
+    real = os.fdopen(saved, "w", closefd=False) if saved is not None else previous
+    if saved is not None:
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _document.append(real)
+    try:
+        yield
+    finally:
+        _document.pop()
+        sys.stdout.flush()
+        sys.stdout = previous
+        if saved is not None:
+            real.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 @functools.cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import ExitCode, load_model, loading_options, stderr, stdout
+from ._common import ExitCode, emit, load_model, loading_options, stderr, stdout
 
 
 @click.command()
@@ -30,7 +30,7 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     repaired = run_repair(model, current) if do_repair and not current.ok else None
     if fmt == "json":
         extra = {"after_workarounds": None if after_workarounds is None else {"ok": after_workarounds.ok, "findings": [f.to_dict() for f in after_workarounds.findings]}}
-        click.echo(report_json(report, repaired, **extra))
+        emit(report_json(report, repaired, **extra))
     else:
         print_report(stdout(), report, repaired)
         if after_workarounds is not None:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, cases_and_runner, loading_options, stderr, stdout
+from ._common import ExitCode, cases_and_runner, emit, loading_options, stderr, stdout
 
 
 @click.command()
@@ -59,7 +59,7 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
             "repair": None if repaired is None else {"repaired": list(repaired.repaired), "ok": repaired.ok},
             "workarounds": [w.to_dict() for w in runner.workarounds],
         }
-        click.echo(json.dumps(document, indent=2))
+        emit(json.dumps(document, indent=2))
     else:
         from rich.table import Table
 

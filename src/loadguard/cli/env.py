@@ -11,7 +11,7 @@ import time
 
 import click
 
-from ._common import ExitCode, quiet_transformers
+from ._common import ExitCode, emit, quiet_transformers
 
 # distribution -> module to import (an installed package that fails to import is reported as broken)
 _PACKAGES = {
@@ -83,16 +83,16 @@ def env(fmt):
         versions["cuda"] = "unknown"
     test = self_test()
     if fmt == "json":
-        click.echo(json.dumps({"versions": versions, "self_test": test}, indent=2))
+        emit(json.dumps({"versions": versions, "self_test": test}, indent=2))
         return ExitCode.CLEAN
     for key, value in versions.items():
-        click.echo(f"- {key}: {value}")
+        emit(f"- {key}: {value}")
     if not test["ran"]:
-        click.echo(f"- self-test: could not run ({test['reason']})")
+        emit(f"- self-test: could not run ({test['reason']})")
     elif test["preserves_non_persistent_buffers"]:
-        click.echo(f"- non-persistent buffers survive from_pretrained: yes ({test['checked']} of {test['checked']} intact; measured in {test['seconds']} s)")
+        emit(f"- non-persistent buffers survive from_pretrained: yes ({test['checked']} of {test['checked']} intact; measured in {test['seconds']} s)")
     else:
-        click.echo(
+        emit(
             f"- non-persistent buffers survive from_pretrained: NO ({len(test['broken'])} of {test['checked']} "
             f"came out uninitialized: {', '.join(test['broken'])}; measured in {test['seconds']} s)"
         )

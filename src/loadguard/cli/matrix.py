@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ._common import ExitCode, progress, stderr, stdout, workarounds_from_option
+from ._common import ExitCode, emit, progress, stderr, stdout, workarounds_from_option
 
 _SPECIFIER = set("<>=!~*")
 
@@ -84,7 +84,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
             with progress(f"Bisecting {model} between transformers {bisect[0]} and {bisect[1]}", after=0.5):
                 results.append(matrix_module.bisect(model, bisect[0], bisect[1], full=full, options=options))
         if fmt == "json":
-            click.echo(json.dumps({"bisections": [r.to_dict() for r in results]}, indent=2))
+            emit(json.dumps({"bisections": [r.to_dict() for r in results]}, indent=2))
         else:
             for result in results:
                 if result.first_changed is None:
@@ -110,9 +110,9 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
             auto_class=auto_class, keys=keys, jobs=jobs,
         )
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        emit(json.dumps(result.to_dict(), indent=2))
     elif fmt == "markdown":
-        click.echo(_markdown(result))
+        emit(_markdown(result))
     else:
         from rich.table import Table
 

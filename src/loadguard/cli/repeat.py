@@ -19,7 +19,7 @@ import tempfile
 
 import click
 
-from ._common import ExitCode, progress, stderr, stdout
+from ._common import ExitCode, emit, progress, stderr, stdout
 
 
 def _first_difference(tokens_a: list, tokens_b: list) -> tuple[int, int] | None:
@@ -137,7 +137,7 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
         raise LoadguardError("the pytest arguments selected no tests", "pass test paths or -k expressions after --")
     flawless = all(t["passed"] == t["runs"] for t in tests.values())
     if fmt == "json":
-        click.echo(json.dumps({"runs": count, "jobs": jobs, "poison": poison, "policy": policy, "ok": flawless, "tests": tests}, indent=2))
+        emit(json.dumps({"runs": count, "jobs": jobs, "poison": poison, "policy": policy, "ok": flawless, "tests": tests}, indent=2))
     else:
         from rich.table import Table
 

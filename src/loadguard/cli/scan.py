@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from ._common import ExitCode, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import ExitCode, emit, quiet_transformers, stderr, stdout, workarounds_from_option
 
 
 def _result(target: str, options: dict) -> dict:
@@ -153,9 +153,9 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
         for row in rows:
-            click.echo(json.dumps(row, sort_keys=False))
+            emit(json.dumps(row, sort_keys=False))
     elif fmt == "markdown":
-        click.echo(_markdown(rows))
+        emit(_markdown(rows))
     elif len(rows) == 1 and scanned:
         print_scan(rows[0])
     else:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, progress, quiet_transformers, stdout
+from ._common import ExitCode, emit, progress, quiet_transformers, stdout
 
 
 def _verdict(failing: dict[str, str]) -> str:
@@ -38,7 +38,7 @@ def selfcheck(fmt, cached):
 
             result = check.run(scan)
     if fmt == "json":
-        click.echo(json.dumps({**result.to_dict(), "record": str(check.record_path()), "proven": check.proven_versions()}, indent=2))
+        emit(json.dumps({**result.to_dict(), "record": str(check.record_path()), "proven": check.proven_versions()}, indent=2))
     else:
         out = stdout()
         table = Table(header_style="bold", title=f"scan self-check: transformers {result.transformers}, torch {result.torch}")

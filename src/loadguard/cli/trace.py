@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, cases_and_runner, loading_options, stdout
+from ._common import ExitCode, cases_and_runner, emit, loading_options, stdout
 
 
 @click.command()
@@ -26,7 +26,7 @@ def trace(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     # one greedy step through the runner: the model's own generate path, whatever its forward takes
     result = run_trace(runner.model, run=lambda: runner.generate_greedy(prompts[:1], 1, images=images[:1] if images else None))
     if fmt == "json":
-        click.echo(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict()}, indent=2))
+        emit(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict()}, indent=2))
     else:
         stdout().print(result.describe(), highlight=False)
     return ExitCode.CLEAN if result.finite else ExitCode.FINDINGS

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, load_model, stderr, stdout, workarounds_from_option
+from ._common import ExitCode, emit, load_model, stderr, stdout, workarounds_from_option
 
 
 def _status(item, model, report, runner) -> str:
@@ -76,7 +76,7 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
     ]
     broken = registry.external_errors()
     if fmt == "json":
-        click.echo(json.dumps({"model": path, "workarounds": rows, "entry_point_errors": broken}, indent=2))
+        emit(json.dumps({"model": path, "workarounds": rows, "entry_point_errors": broken}, indent=2))
         return ExitCode.CLEAN
     for entry_point, why in sorted(broken.items()):
         stderr().print(f"[bold]Warning:[/] workaround entry point {entry_point} could not be imported: {why}", highlight=False)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import ExitCode, stderr, stdout
+from ._common import ExitCode, emit, stderr, stdout
 
 
 @click.group()
@@ -24,7 +24,7 @@ def list_entries(fmt):
 
     entries = zoo_module.entries()
     if fmt == "json":
-        click.echo(json.dumps([{"name": e.name, "failure_mode": e.failure_mode, "summary": e.summary, "auto_class": e.auto_class} for e in entries], indent=2))
+        emit(json.dumps([{"name": e.name, "failure_mode": e.failure_mode, "summary": e.summary, "auto_class": e.auto_class} for e in entries], indent=2))
         return ExitCode.CLEAN
     table = Table(header_style="bold")
     for column in ("name", "mode", "what it reproduces"):
@@ -62,7 +62,7 @@ def build(name, folder, seed, settings):
         kwargs["seed"] = seed
     path = zoo_module.build(name, folder, **kwargs)
     entry = zoo_module.get(name)
-    click.echo(str(path))
+    emit(str(path))
     stderr().print(f"Built {name}: {entry.summary}", highlight=False)
     stderr().print(f"Load it with {entry.auto_class}.from_pretrained({str(path)!r}, trust_remote_code=True)", highlight=False)
     return ExitCode.CLEAN

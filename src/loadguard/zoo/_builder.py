@@ -75,6 +75,7 @@ _FAMILIES = {
     "lgv4rope": _toy_variant("lgv4rope", "LgV4RopeConfig", "LgV4RopeForCausalLM"),
     "lgv4flash": _toy_variant("lgv4flash", "LgV4FlashConfig", "LgV4FlashForCausalLM"),
     "lgv4gen": _toy_variant("lgv4gen", "LgV4GenConfig", "LgV4GenForCausalLM"),
+    "lgv4s2s": _toy_variant("lgv4s2s", "LgV4S2SConfig", "LgV4S2SForCausalLM"),
 }
 # Seed 47 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.7) on its demo prompts and the
 # example suite's (sliced images included), all of which change when pos_embed is corrupted (zeros, noise,

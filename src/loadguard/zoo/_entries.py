@@ -253,6 +253,24 @@ ENTRIES: dict[str, ZooEntry] = {
             failures=(("v4-config-generation-defaults", "AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'"),),
         ),
         ZooEntry(
+            "v4_tied_list",
+            "lgv4s2s",
+            "(a) an encoder-decoder written for transformers 4.x, T5-style: encoder and decoder embedding tables tied to "
+            "the shared one and listed in a v4 _tied_weights_keys list, absent from the checkpoint; transformers 5 leaves "
+            "them untied, holding random initialization (a silent pass for a key-based loading report), and its positions "
+            "table uninitialized",
+            failure_mode="a",
+            expected=(
+                ExpectedFinding("positions.table", "uninitialized"),
+                ExpectedFinding("positions.index", "uninitialized"),
+                ExpectedFinding("encoder.block.attn.causal_mask", "uninitialized"),
+                ExpectedFinding("decoder.block.attn.causal_mask", "uninitialized"),
+                ExpectedFinding("encoder.embed_tokens.weight", "mismatch"),
+                ExpectedFinding("decoder.embed_tokens.weight", "mismatch"),
+            ),
+            drop_keys=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"),
+        ),
+        ZooEntry(
             "clean",
             "lgtoy",
             "non-persistent buffers, a scaled head and a bare parameter, all rebuilt by _init_weights: "

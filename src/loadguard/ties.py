@@ -1,0 +1,87 @@
+"""Which tensors a model declares tied to which: the evidence the ``tied_weights`` check compares against.
+
+transformers 5 declares ties as a mapping (``_tied_weights_keys = {target: source}``), expanded per instance into
+``all_tied_weights_keys`` for the ties its config enables; code written for transformers 4 lists the tied names
+(``_tied_weights_keys = [...]``) and ties them itself (``tie_weights`` / ``_tie_weights``), to the input embeddings.
+A tie that a load did not keep leaves the target holding whatever initialized it: a value comparison with its
+source is the only way to see it (transformers' loading report lists it as neither missing nor mismatched).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Tie:
+    target: str
+    source: str
+    how: str
+    """``mapping`` (transformers 5's ``all_tied_weights_keys``: authoritative) or ``v4 list`` (a name listed in a
+    4.x-style ``_tied_weights_keys``, tied to the input embeddings as 4.x's ``tie_weights`` did)."""
+
+
+def _own(module: nn.Module, name: str):
+    """An attribute from the instance or its class, never through a module's own ``__getattr__``."""
+    if name in vars(module):
+        return vars(module)[name]
+    for klass in type(module).__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
+
+
+def declared(model: nn.Module) -> list[Tie]:
+    """Every tie ``model`` (and its sub-models) declares, with names as the model's own ``named_parameters``."""
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - loadguard requires transformers
+        return []
+    ties: dict[str, Tie] = {}
+    for prefix, module in model.named_modules():
+        if not isinstance(module, PreTrainedModel):
+            continue
+        dot = f"{prefix}." if prefix else ""
+        listed = _own(module, "_tied_weights_keys")
+        expanded = vars(module).get("all_tied_weights_keys")
+        if isinstance(expanded, dict):
+            for target, source in expanded.items():
+                if isinstance(target, str) and isinstance(source, str):
+                    ties.setdefault(dot + target, Tie(dot + target, dot + source, "mapping"))
+        if isinstance(listed, (list, tuple)):
+            for tie in _v4_list(module, dot, listed):
+                ties.setdefault(tie.target, tie)
+    return list(ties.values())
+
+
+def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
+    """transformers 4's meaning of a ``_tied_weights_keys`` list: the output embeddings tied to the input embeddings
+    when the config says ``tie_word_embeddings``; embedding tables (an encoder's, a decoder's) to the shared input
+    embeddings always. Only weights: a listed bias follows other rules, and is left alone."""
+    try:
+        embeddings = module.get_input_embeddings()
+    except Exception:  # the model's own code: whatever it raises, there is no source to name
+        return []
+    source = next((name for name, m in module.named_modules() if m is embeddings), None)
+    if source is None or not isinstance(getattr(embeddings, "weight", None), nn.Parameter):
+        return []
+    source_name = f"{dot}{source}.weight" if source else f"{dot}weight"
+    config = getattr(module, "config", None)
+    tie_words = bool(getattr(config, "tie_word_embeddings", False))
+    out = []
+    for target in listed:
+        if not isinstance(target, str) or not target.endswith(".weight") or any(c in target for c in "\\()[]*+?^$|"):
+            continue
+        try:
+            owner = module.get_submodule(target.rsplit(".", 1)[0])
+        except (AttributeError, Exception):
+            continue
+        if isinstance(owner, nn.Embedding) or tie_words:
+            if dot + target != source_name:
+                out.append(Tie(dot + target, source_name, "v4 list"))
+    return out
+
+
+__all__ = ["Tie", "declared"]
