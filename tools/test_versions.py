@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                 if "unavailable" in (scan_cell.status, full_cell.status):
                     notes.append(f"{name} on {version}: not installable here ({scan_cell.error or full_cell.error})")
                     continue
+                if scan_cell.status == "error" and full_cell.status == "error":  # refused alike: they agree
+                    notes.append(f"{name} on {version}: transformers {version} cannot load it at all ({full_cell.error[:160]})")
+                    continue
                 if scan_cell.status == "error" or full_cell.status == "error":
                     problems.append(f"{name} on {version}: scan {scan_cell.status} {scan_cell.error}; audit {full_cell.status} {full_cell.error}")
                     continue
