@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-compat test-versions bench bench-large clean
+.PHONY: demo test test-slow test-compat test-versions api-diff bench bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -28,6 +28,14 @@ test-compat: $(COMPAT_STAMP)
 # release, each in the matrix's cached environments; prints the README's "Before you bump" table (versions.md)
 test-versions: $(STAMP)
 	$(BIN)/python tools/test_versions.py --jobs 2 | tee versions.md
+
+# What code written for transformers 4 can touch and 5.x changed, as data (checked in; tests/test_api_diff.py
+# requires every entry covered by a workaround or declined with a reason)
+api-diff: $(STAMP) $(COMPAT_STAMP)
+	$(COMPAT)/bin/python tools/api_surface.py --modules all > .api-surface-old.json
+	$(BIN)/python tools/api_surface.py --modules all > .api-surface-new.json
+	$(BIN)/python tools/api_diff.py .api-surface-old.json .api-surface-new.json > src/loadguard/workarounds/data/api_diff.json
+	rm -f .api-surface-old.json .api-surface-new.json
 
 $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)

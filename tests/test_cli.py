@@ -341,3 +341,23 @@ def test_machine_output_stays_machine_output_when_model_code_prints(zoo_folder, 
         assert result.returncode in (0, 1), result.stderr
         json.loads(result.stdout)  # nothing but the document
         assert "loading the chatty model" in result.stderr and "raw bytes on fd 1" in result.stderr
+
+
+@needs_v5
+def test_an_auto_map_naming_only_a_removed_auto_class(run, zoo_folder, tmp_path):
+    """auto_map's only model entry is AutoModelForVision2Seq (gone in 5.x): exit 2 naming the workaround; with it, the
+    load goes through the class the entry names and the audit reports what the model really gets wrong."""
+    folder = tmp_path / "vision2seq"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": config["auto_map"]["AutoConfig"], "AutoModelForVision2Seq": config["auto_map"]["AutoModelForCausalLM"]}
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, err = run("audit", str(folder), "--trust-remote-code")
+    assert code == 2 and "auto_map names only auto classes this transformers removed (AutoModelForVision2Seq)" in err
+    assert "--workaround v4-removed-auto-classes" in err
+    code, out, err = run("audit", str(folder), "--trust-remote-code", "--workaround", "auto", "--format", "json")
+    document = json.loads(out)
+    assert code == 1 and {w["name"]: w["status"] for w in document["workarounds"]} == {"v4-removed-auto-classes": "applied"}
+    assert sorted(f["tensor"] for f in document["findings"] if f["status"] == "uninitialized") == sorted(f.tensor for f in zoo.get("np_buffer").expected_for(2))
+    code, out, err = run("scan", str(folder), "--trust-remote-code", "--workaround", "auto", "--format", "json")
+    assert code == 1 and json.loads(out)["scanned"]

@@ -333,3 +333,27 @@ def test_hub_header_mode_reads_headers_by_range_not_weights(zoo_folder, tmp_path
     asked.clear()
     loadguard.scan("lg-org/missing-key", trust_remote_code=True)  # auto: a Hub id's headers only when asked for
     assert "metadata" not in asked
+
+
+def test_a_quantized_checkpoint_scans_without_its_backend(zoo_folder, tmp_path, capsys):
+    """A GPTQ config with no optimum installed: the full load says which package it needs; the scan needs none and
+    predicts the model its quantizer would quantize (its buffers included), saying what it leaves out."""
+    from loadguard.cli import main
+
+    folder = tmp_path / "gptq"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    import importlib.util
+
+    if importlib.util.find_spec("optimum") is None:
+        with pytest.raises(SystemExit) as info:
+            main(["audit", str(folder), "--trust-remote-code"])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and "needs a quantization backend" in err and "Hint: pip install optimum" in err and "loadguard scan" in err
+    report = loadguard.scan(folder, trust_remote_code=True)
+    assert failing(report) == ({f.tensor: f.status for f in zoo.get("np_buffer").expected_for(2)} if IS_V5 else {})
+    assert "gptq-quantized checkpoint: predicted as the model before quantization" in report.summary("checkpoint_fidelity").reason
+    with pytest.raises(ScanError, match="headers hold the quantizer's tensors"):
+        loadguard.scan(folder, trust_remote_code=True, keys="header")

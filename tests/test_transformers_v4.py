@@ -253,3 +253,83 @@ def test_llama_attention_classes_become_llama_attention():
         assert LlamaFlashAttention2 is llama.LlamaAttention and LlamaSdpaAttention is llama.LlamaAttention
     assert outcomes[0].status == "applied"
     assert "LlamaFlashAttention2" not in llama.__dict__ and "__getattr__" not in llama.__dict__
+
+
+# ----------------------------------------------------------------------------------------------------
+# the API-diff families, against 4.57's own objects
+
+
+@needs_v4
+def test_model_attribute_stand_ins_equal_4_57s():
+    from transformers import BertConfig, BertModel
+
+    from loadguard.workarounds import v4_api
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32))
+    decoder = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, is_decoder=True))
+    for mask in (torch.tensor([[1, 1, 0, 1]]), torch.randint(0, 2, (3, 5)), torch.randint(0, 2, (2, 4, 4))):
+        shape = mask.shape[:2]
+        for owner in (model, decoder):
+            assert torch.equal(v4_api.get_extended_attention_mask(owner, mask, shape), owner.get_extended_attention_mask(mask, shape))
+        assert torch.equal(v4_api.invert_attention_mask(model, mask), model.invert_attention_mask(mask))
+    for head_mask in (None, torch.rand(2), torch.rand(2, 2)):
+        ours, theirs = v4_api.get_head_mask(model, head_mask, 2), model.get_head_mask(head_mask, 2)
+        assert ours == theirs if head_mask is None else torch.equal(ours, theirs)
+    inputs = {"input_ids": torch.ones(2, 7, dtype=torch.long)}
+    assert v4_api.floating_point_ops(model, inputs) == model.floating_point_ops(inputs)
+    assert v4_api.V4_MODEL_ATTRIBUTES["framework"].fget(model) == model.framework
+
+
+@needs_v4
+def test_config_defaults_are_4_57s():
+    from transformers import PretrainedConfig
+
+    from loadguard.workarounds.v4_api import v4_config_defaults
+
+    probe = PretrainedConfig()
+    assert v4_config_defaults() and all(getattr(probe, name) == value for name, value in v4_config_defaults().items())
+
+
+@needs_v4
+def test_module_name_origins_are_4_57s_own_objects():
+    """For every re-exported name of the diff, the object its recorded origin names is, in 4.57, the very object the
+    module held: what v4-module-names hands back on 5.x is what 4.57 had (where 5.x still has it)."""
+    import importlib
+    import warnings
+
+    from loadguard.workarounds import v4_names
+
+    checked = wrong = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for module, names in v4_names.removed().items():
+            try:
+                held = vars(importlib.import_module(module))
+            except Exception:
+                continue
+            for name, origin in names.items():
+                if origin is None or origin.startswith("value:") or name not in held:
+                    continue
+                try:
+                    value = v4_names._resolve(origin)
+                except Exception:
+                    continue
+                checked += 1
+                wrong += value is not held[name]
+    assert checked > 1500 and wrong == 0
+
+
+@needs_v4
+def test_pruning_stand_ins_equal_4_57s():
+    from transformers import pytorch_utils as theirs
+
+    from loadguard.workarounds import v4_names as ours
+
+    for heads, pruned in (([0, 2], {2}), ([1], set()), ([3, 0], {1})):
+        a, b = ours.find_pruneable_heads_and_indices(heads, 4, 3, pruned), theirs.find_pruneable_heads_and_indices(heads, 4, 3, pruned)
+        assert a[0] == b[0] and torch.equal(a[1], b[1])
+    layer = torch.nn.Linear(5, 6)
+    for dim, index in ((0, torch.tensor([0, 4, 5])), (1, torch.tensor([1, 2]))):
+        a, b = ours.prune_linear_layer(layer, index, dim), theirs.prune_linear_layer(layer, index, dim)
+        assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)

@@ -118,8 +118,22 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
             raise InvalidOptionError(f"transformers has no model class called {auto_class!r}", "use e.g. AutoModel, AutoModelForCausalLM")
         return cls
     auto_map = config.get("auto_map") or {}
+    if not isinstance(auto_map, dict):
+        raise ModelConfigError(f"the config's auto_map is a {type(auto_map).__name__}, not a mapping of auto classes to code", "fix auto_map in config.json")
     architectures = config.get("architectures") or []
+    if isinstance(architectures, str):
+        architectures = [architectures]
     model_keys = [k for k in auto_map if k.startswith("AutoModel") and hasattr(transformers, k)]
+    removed = [k for k in auto_map if k.startswith("AutoModel") and not hasattr(transformers, k)]
+    if removed and not model_keys:
+        from .workarounds import _registry as registry
+
+        error = ModelConfigError(
+            f"the model's auto_map names only auto classes this transformers removed ({', '.join(removed)}): "
+            f"transformers {transformers.__version__} has nothing to load it with",
+            "name the auto class yourself (--auto-class, model_class=)",
+        )
+        raise name_workarounds(error, [w.name for w in registry.matching(error)])
     for architecture in architectures[:1]:  # the auto class whose target is the architecture the config names
         for key in sorted(model_keys, key=lambda k: k == "AutoModel"):
             target = auto_map[key] if isinstance(auto_map[key], str) else auto_map[key][0]
@@ -174,6 +188,12 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
             f"or of another version ({text})",
             "install it (pip install 'kernels>=0.19.1,<0.20': transformers depends on it), or turn hub kernels off: "
             "USE_HUB_KERNELS=NO in the environment, or from_pretrained(..., use_kernels=False) / loadguard.load(..., use_kernels=False)",
+        )
+    backend = re.search(r"`pip install ([^`]+)`", text)
+    if isinstance(error, ImportError) and backend and "quantiz" in text.lower():
+        return LoadguardError(
+            f"loading {path} needs a quantization backend that is not installed ({text})",
+            f"pip install {backend.group(1)}; or predict the load without it: loadguard scan (no weight is read, no backend needed)",
         )
     frame = _remote_code_frame(error)
     matched = [w.name for w in registry.matching(error)]

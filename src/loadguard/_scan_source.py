@@ -120,4 +120,21 @@ def load_config(source: Source, trust_remote_code: bool):
     return AutoConfig.from_pretrained(str(source.folder), trust_remote_code=trust_remote_code)
 
 
-__all__ = ["Source", "load_config", "source"]
+def quantization(config: dict) -> str | None:
+    """The quantization method a config.json declares (``quantization_config.quant_method``, at its top or in its text
+    config), None for an unquantized model."""
+    for document in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else None):
+        found = (document or {}).get("quantization_config")
+        if isinstance(found, dict):
+            return str(found.get("quant_method") or "unknown")
+    return None
+
+
+def drop_quantization(config: Any) -> None:
+    """Remove the quantization settings from a loaded config (and its text config) for a weightless load."""
+    for target in (config, getattr(config, "text_config", None)):
+        if target is not None and "quantization_config" in vars(target):
+            delattr(target, "quantization_config")  # 4.57 asks hasattr(), 5.x getattr(..., None): gone answers both
+
+
+__all__ = ["Source", "drop_quantization", "load_config", "quantization", "source"]

@@ -47,9 +47,8 @@ def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = 
         from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
     config = _hf.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
     _hf.check_checkpoint(path)
-    cls = _hf.resolve_class(model_class, config)
-
     def attempt(active: tuple[str, ...]):
+        cls = _hf.resolve_class(model_class, config)  # inside: a workaround may give back an auto class auto_map names
         with poison_context() if poison else contextlib.nullcontext():
             return _hf.from_pretrained(cls, path, active_workarounds=active, **from_pretrained_kwargs)
 

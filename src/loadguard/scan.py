@@ -110,16 +110,26 @@ def scan(
             f"{source.name} has no safetensors checkpoint whose headers could be read",
             "scan with keys='complete' (--keys complete): the checkpoint is assumed to hold every key",
         )
-    mode = "header" if keys == "header" or (keys == "auto" and source.header is not None) else "complete"
+    quantized = _scan_source.quantization(source.config)
+    if quantized and keys == "header":
+        raise ScanError(
+            f"{source.name} is a {quantized}-quantized checkpoint: its headers hold the quantizer's tensors (packed weights, "
+            "scales, zero points), not the model's",
+            "scan with keys='complete' (--keys complete, the default picks it): the scan predicts the model as the load "
+            "builds it before quantizing",
+        )
+    mode = "header" if keys == "header" or (keys == "auto" and source.header is not None and not quantized) else "complete"
     parsed_dtype = _hf.parse_dtype(dtype) if dtype is not None else None
-    auto_class = _hf.resolve_class(model_class, source.config)
     record = InitWrites()
 
     def attempt(active: tuple[str, ...]):
         record.writes.clear()
         record.replaced.clear()
         try:
+            auto_class = _hf.resolve_class(model_class, source.config)  # inside the workarounds, as a load resolves it
             config = source.config_object if source.config_object is not None else _scan_source.load_config(source, trust_remote_code)
+            if quantized:  # no weight is read, so no quantization backend is needed: predict the model it quantizes
+                _scan_source.drop_quantization(config)
             concrete = _concrete_class(auto_class, config, source, trust_remote_code)
             _refuse_own_loader(concrete)
             kwargs: dict[str, Any] = {"config": config, **weightless_load_options()}
@@ -153,12 +163,12 @@ def scan(
     registry.remember(model, outcomes)
     model.config._name_or_path = str(source.folder) if source.folder is not None else source.name  # from_pretrained(None) cleared it
     seconds["load"] = time.perf_counter() - start
-    report = _predict(model, source, mode, record, seconds)
+    report = _predict(model, source, mode, record, seconds, quantized)
     later = registry.predict_after_load(model, registry.resolve(workarounds), report)
     return dataclasses.replace(report, workarounds=tuple(outcomes) + tuple(later))
 
 
-def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, seconds: dict[str, float]) -> AuditReport:
+def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, seconds: dict[str, float], quantized: str | None = None) -> AuditReport:
     from .reference import build_reference
 
     start = time.perf_counter()
@@ -195,7 +205,11 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     tied = tied_weights(inventory, ties, None, lambda name: name if name in loaded else None)
     findings += written + missing + tied
     kept = sum(1 for e in state if e.name in loaded)
-    summaries.append(_summary(Check.CHECKPOINT_FIDELITY, kept, written, f"predicted: {kept} loaded, {len(written)} written after loading by weight initialization"))
+    note = f"predicted: {kept} loaded, {len(written)} written after loading by weight initialization"
+    if quantized:
+        note += (f"; a {quantized}-quantized checkpoint: predicted as the model before quantization (no backend needed): the "
+                 "weights its quantizer replaces are not predicted, non-persistent buffers and everything else are")
+    summaries.append(_summary(Check.CHECKPOINT_FIDELITY, kept, written, note))
     if mode == "header":
         summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
     else:
@@ -230,7 +244,10 @@ def _concrete_class(auto_class, config, source: _scan_source.Source, trust_remot
         model_class = get_class_from_dynamic_module(class_ref, str(source.folder))
         # as the auto class does: from it, transformers tells remote code (is_remote_code(), 5.3-5.12 skip
         # _init_weights on fully loaded modules of remote code only), and a prediction must see the same
-        model_class.register_for_auto_class(auto_class=auto_class)
+        try:
+            model_class.register_for_auto_class(auto_class=auto_class)
+        except ValueError:  # an auto class transformers itself no longer has (given back by a workaround): mark it alike
+            model_class._auto_class = name
         return model_class
     try:
         return auto_class._model_mapping[type(config)]

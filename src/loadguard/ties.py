@@ -69,7 +69,11 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
         return []
     source_name = f"{dot}{source}.weight" if source else f"{dot}weight"
     config = getattr(module, "config", None)
-    tie_words = bool(getattr(config, "tie_word_embeddings", False))
+    try:  # transformers ties by the text config's setting (a VLM's top-level config may say otherwise)
+        text_config = config.get_text_config(decoder=True) if config is not None else None
+    except Exception:
+        text_config = config
+    tie_words = bool(getattr(text_config, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False)))
     out = []
     for target in listed:
         if not isinstance(target, str) or not target.endswith(".weight") or any(c in target for c in "\\()[]*+?^$|"):

@@ -88,3 +88,29 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
         table.add_row(*(str(row[c]) for c in columns))
     stdout().print(table)
     return ExitCode.CLEAN
+
+
+@workarounds.command("coverage")
+@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+def coverage(fmt):
+    """How the API diff (transformers 4.57 -> the pinned 5.x, `make api-diff`) is covered: per workaround, the entries
+    it gives back; how many are declined, with the reasons; any entry nobody covers. Exit 1 if one is uncovered."""
+    from collections import Counter
+
+    from ..workarounds import api_coverage, v4_names
+
+    tally = api_coverage.tally()
+    reasons = Counter(what for e in v4_names.diff()["entries"] for state, what in [api_coverage.coverage(e["id"])] if state == "declined")
+    if fmt == "json":
+        emit(json.dumps({**tally, "declined_reasons": dict(reasons)}, indent=2))
+    else:
+        out = stdout()
+        out.print(f"API diff transformers {tally['from']} -> {tally['to']}: {tally['entries']} entries", highlight=False)
+        for name, count in sorted(tally["covered"].items(), key=lambda item: -item[1]):
+            out.print(f"  given back by {name}: {count}", highlight=False)
+        out.print(f"  declined: {tally['declined']}", highlight=False)
+        for reason, count in reasons.most_common():
+            out.print(f"    {count:5d}  {reason}", highlight=False)
+        for entry in tally["uncovered"]:
+            out.print(f"  [bold red]uncovered[/] {entry}", highlight=False)
+    return ExitCode.FINDINGS if tally["uncovered"] else ExitCode.CLEAN

@@ -195,12 +195,13 @@ def _searches(pattern: re.Pattern, sources: list[str]) -> bool:
 
 
 def model_code(path: Any) -> list[str]:
-    """The model's own code: the source of every ``*.py`` file of its folder (none without a local folder)."""
+    """The model's own code: the source of every ``*.py`` file of its folder, and its config.json (whose auto_map names
+    the classes it is loaded with); none without a local folder."""
     folder = Path(str(path)) if path is not None else None
     if folder is None or not folder.is_dir():
         return []
     sources = []
-    for file in sorted(folder.glob("*.py")):
+    for file in sorted(folder.glob("*.py")) + sorted(folder.glob("config.json")):
         try:
             sources.append(file.read_text(errors="replace"))
         except OSError:

@@ -111,7 +111,7 @@ def _v4_tied_weights(source: str) -> bool:
     reason="remote code written for transformers 4.x: _tied_weights_keys as a list, or no post_init() call "
     "('... object has no attribute all_tied_weights_keys')",
     upstream="transformers#46620",
-    fixes=[("AttributeError", r"has no attribute 'all_tied_weights_keys'")],
+    fixes=[("AttributeError", r"has no attribute 'all_tied_weights_keys'"), ("AttributeError", r"^'list' object has no attribute 'keys'$")],
     native=lambda: not hasattr(__import__("transformers").PreTrainedModel, "get_expanded_tied_weights_keys"),  # 4.x
     touches=lambda sources: any(_v4_tied_weights(source) for source in sources),
 )

@@ -76,6 +76,10 @@ _FAMILIES = {
     "lgv4flash": _toy_variant("lgv4flash", "LgV4FlashConfig", "LgV4FlashForCausalLM"),
     "lgv4gen": _toy_variant("lgv4gen", "LgV4GenConfig", "LgV4GenForCausalLM"),
     "lgv4s2s": _toy_variant("lgv4s2s", "LgV4S2SConfig", "LgV4S2SForCausalLM"),
+    "lgv4pad": _toy_variant("lgv4pad", "LgV4PadConfig", "LgV4PadForCausalLM"),
+    "lgv4tie": _toy_variant("lgv4tie", "LgV4TieConfig", "LgV4TieForCausalLM"),
+    "lgv4attrs": _toy_variant("lgv4attrs", "LgV4AttrsConfig", "LgV4AttrsForCausalLM"),
+    "lgv4names": _toy_variant("lgv4names", "LgV4NamesConfig", "LgV4NamesForCausalLM"),
 }
 # Seed 47 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.7) on its demo prompts and the
 # example suite's (sliced images included), all of which change when pos_embed is corrupted (zeros, noise,

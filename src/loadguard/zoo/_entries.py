@@ -253,6 +253,42 @@ ENTRIES: dict[str, ZooEntry] = {
             failures=(("v4-config-generation-defaults", "AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'"),),
         ),
         ZooEntry(
+            "v4_pad_token",
+            "lgv4pad",
+            "(a) remote code that reads config.pad_token_id, which every 4.x config carried and 5.x configs do not; its "
+            "buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            failures=(("v4-config-defaults", "AttributeError: 'LgV4PadConfig' object has no attribute 'pad_token_id'"),),
+        ),
+        ZooEntry(
+            "v4_tie_signature",
+            "lgv4tie",
+            "(a) remote code that overrides tie_weights(self), which transformers 5 calls with missing_keys= while "
+            "loading; its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            failures=(("v4-tie-weights-signature", "TypeError: LgV4TieForCausalLM.tie_weights() got an unexpected keyword argument 'recompute_mapping'"),),
+        ),
+        ZooEntry(
+            "v4_model_attrs",
+            "lgv4attrs",
+            "(a) remote code that calls self.get_head_mask, a method 4.x models had and 5.x removed; its buffers are not "
+            "rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            failures=(("v4-model-attributes", "AttributeError: 'LgV4AttrsForCausalLM' object has no attribute 'get_head_mask'"),),
+        ),
+        ZooEntry(
+            "v4_module_names",
+            "lgv4names",
+            "(a) remote code that imports find_pruneable_heads_and_indices and prune_linear_layer from "
+            "transformers.pytorch_utils (removed in 5.x); its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            failures=(("v4-module-names", "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'"),),
+        ),
+        ZooEntry(
             "v4_tied_list",
             "lgv4s2s",
             "(a) an encoder-decoder written for transformers 4.x, T5-style: encoder and decoder embedding tables tied to "

@@ -1,0 +1,310 @@
+"""The v4 -> v5 API changes to configs, model classes and loading that remote code meets, from the API diff
+(``workarounds/data/api_diff.json``): every attribute 4.57 set on every config, the model methods and class
+attributes 5.x removed, ``tie_weights(self)`` overrides v5 calls with keywords, and auto classes 5.x removed.
+
+Model methods and class attributes are given to the model's own classes (remote code defined while the workaround
+is active), where they stay: the model runs with them after the load too. Each is defined with 4.57's meaning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+from ._registry import Usage, workaround
+from .remote_code import has_remote_code
+from .transformers_v4 import V4_GENERATION_DEFAULTS, _GenerationDefault
+from .v4_names import diff
+
+
+@functools.cache
+def v4_config_defaults() -> dict[str, Any]:
+    """Every attribute a 4.57 ``PretrainedConfig()`` carried that 5.x configs lack (generation defaults aside: they
+    are ``v4-config-generation-defaults``'), with 4.57's value."""
+    return {
+        entry["id"].split(":", 1)[1]: entry["v4"]
+        for entry in diff()["entries"]
+        if entry["id"].startswith("config:") and entry["id"].split(":", 1)[1] not in V4_GENERATION_DEFAULTS and not entry["id"].startswith("config:_")
+    }
+
+
+def _missing_config_defaults() -> list[str]:
+    from transformers import PretrainedConfig
+
+    probe = PretrainedConfig()
+    return [name for name in v4_config_defaults() if not hasattr(probe, name) and name not in PretrainedConfig.__dict__]
+
+
+@workaround(
+    "v4-config-defaults",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code that reads an attribute transformers 4 set on every config and 5 does not (pad_token_id, "
+    "bos_token_id, eos_token_id, is_decoder, tie_word_embeddings, pruned_heads, torchscript, ...; from the API diff)",
+    upstream="the model's repository (set them in its config's __init__)",
+    fixes=[("AttributeError", r"Config' object has no attribute '(" + "|".join(sorted(v4_config_defaults())) + r")'")],
+    native=lambda: not _missing_config_defaults(),
+    touches=lambda sources: any(f"config.{name}" in source for source in sources for name in v4_config_defaults()),
+)
+@contextlib.contextmanager
+def config_defaults(path, config: dict) -> Iterator[Usage]:
+    from transformers import PretrainedConfig
+
+    usage = Usage()
+    missing = _missing_config_defaults()
+    from_json = {name: config[name] for name in missing if name in config}
+    for name in missing:
+        setattr(PretrainedConfig, name, _GenerationDefault(name, v4_config_defaults()[name], usage, from_json))
+    try:
+        yield usage
+    finally:
+        for name in missing:
+            delattr(PretrainedConfig, name)
+    if usage.count:
+        usage.detail = "gave the model's code transformers 4.57's config attributes (pad_token_id None, is_decoder False, ...; config.json's values where it has them)"
+
+
+# -------------------------------------------------------------------------------------------------------------
+# model methods and class attributes 5.x removed, with 4.57's meaning
+
+
+def get_extended_attention_mask(self, attention_mask, input_shape, device=None, dtype=None):
+    import torch
+
+    dtype = dtype if dtype is not None else self.dtype
+    if attention_mask.dim() == 3:
+        extended = attention_mask[:, None, :, :]
+    elif attention_mask.dim() == 2:
+        if getattr(self.config, "is_decoder", False):
+            extended = create_extended_attention_mask_for_decoder(input_shape, attention_mask, device)
+        else:
+            extended = attention_mask[:, None, None, :]
+    else:
+        raise ValueError(f"Wrong shape for input_ids (shape {input_shape}) or attention_mask (shape {attention_mask.shape})")
+    extended = extended.to(dtype=dtype)
+    return (1.0 - extended) * torch.finfo(dtype).min
+
+
+def create_extended_attention_mask_for_decoder(input_shape, attention_mask, device=None):
+    import torch
+
+    batch_size, seq_length = input_shape
+    seq_ids = torch.arange(seq_length, device=device if device is not None else attention_mask.device)
+    causal = seq_ids[None, None, :].repeat(batch_size, seq_length, 1) <= seq_ids[None, :, None]
+    causal = causal.to(attention_mask.dtype)
+    if causal.shape[1] < attention_mask.shape[1]:
+        prefix = attention_mask.shape[1] - causal.shape[1]
+        ones = torch.ones((batch_size, seq_length, prefix), device=causal.device, dtype=causal.dtype)
+        causal = torch.cat([ones, causal], dim=-1)
+    return causal[:, None, :, :] * attention_mask[:, None, None, :]
+
+
+def invert_attention_mask(self, encoder_attention_mask):
+    import torch
+
+    if encoder_attention_mask.dim() == 3:
+        extended = encoder_attention_mask[:, None, :, :]
+    else:
+        extended = encoder_attention_mask[:, None, None, :]
+    extended = extended.to(dtype=self.dtype)
+    return (1.0 - extended) * torch.finfo(self.dtype).min
+
+
+def _convert_head_mask_to_5d(self, head_mask, num_hidden_layers):
+    if head_mask.dim() == 1:
+        head_mask = head_mask.unsqueeze(0).unsqueeze(0).unsqueeze(-1).unsqueeze(-1).expand(num_hidden_layers, -1, -1, -1, -1)
+    elif head_mask.dim() == 2:
+        head_mask = head_mask.unsqueeze(1).unsqueeze(-1).unsqueeze(-1)
+    return head_mask.to(dtype=self.dtype)
+
+
+def get_head_mask(self, head_mask, num_hidden_layers, is_attention_chunked=False):
+    if head_mask is None:
+        return [None] * num_hidden_layers
+    head_mask = _convert_head_mask_to_5d(self, head_mask, num_hidden_layers)
+    return head_mask.unsqueeze(-1) if is_attention_chunked else head_mask
+
+
+def _tie_or_clone_weights(self, output_embeddings, input_embeddings):
+    from torch import nn
+
+    if getattr(self.config, "torchscript", False):
+        output_embeddings.weight = nn.Parameter(input_embeddings.weight.clone())
+    else:
+        output_embeddings.weight = input_embeddings.weight
+    if getattr(output_embeddings, "bias", None) is not None:
+        padding = output_embeddings.weight.shape[0] - output_embeddings.bias.shape[0]
+        output_embeddings.bias.data = nn.functional.pad(output_embeddings.bias.data, (0, padding), "constant", 0)
+    if hasattr(output_embeddings, "out_features") and hasattr(input_embeddings, "num_embeddings"):
+        output_embeddings.out_features = input_embeddings.num_embeddings
+
+
+def estimate_tokens(self, input_dict) -> int:
+    name = getattr(self, "main_input_name", "input_ids")
+    return input_dict[name].numel() if name in input_dict else 0
+
+
+def floating_point_ops(self, input_dict, exclude_embeddings: bool = True) -> int:
+    return 6 * estimate_tokens(self, input_dict) * self.num_parameters(exclude_embeddings=exclude_embeddings)
+
+
+V4_MODEL_ATTRIBUTES: dict[str, Any] = {
+    "get_extended_attention_mask": get_extended_attention_mask,
+    "create_extended_attention_mask_for_decoder": staticmethod(create_extended_attention_mask_for_decoder),
+    "invert_attention_mask": invert_attention_mask,
+    "get_head_mask": get_head_mask,
+    "_convert_head_mask_to_5d": _convert_head_mask_to_5d,
+    "_tie_or_clone_weights": _tie_or_clone_weights,
+    "estimate_tokens": estimate_tokens,
+    "floating_point_ops": floating_point_ops,
+    "framework": property(lambda self: "pt"),
+    "is_parallelizable": False,
+    "_is_stateful": False,
+    "_checkpoint_conversion_mapping": {},
+    # class attributes of transformers 4.4x (before 4.57) that older remote code reads
+    "_supports_flash_attn_2": False,
+    "_supports_cache_class": False,
+    "_supports_static_cache": False,
+    "_supports_quantized_cache": False,
+}
+
+
+def _outside_transformers(cls) -> bool:
+    return not (cls.__module__ or "").startswith("transformers.")
+
+
+@contextlib.contextmanager
+def _on_new_model_classes(patch) -> Iterator[None]:
+    """``patch(cls)`` on every ``PreTrainedModel`` subclass defined outside transformers while the block runs (the
+    model's remote code is imported afresh inside a ``before_import`` workaround)."""
+    from transformers import PreTrainedModel
+
+    original = PreTrainedModel.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls, **kwargs):
+        if original is not None:
+            original.__func__(cls, **kwargs)
+        else:
+            super(PreTrainedModel, cls).__init_subclass__(**kwargs)
+        if _outside_transformers(cls):
+            patch(cls)
+
+    PreTrainedModel.__init_subclass__ = classmethod(__init_subclass__)
+    try:
+        yield
+    finally:
+        if original is None:
+            del PreTrainedModel.__init_subclass__
+        else:
+            PreTrainedModel.__init_subclass__ = original
+
+
+_BEFORE_4_57 = {"_supports_flash_attn_2", "_supports_cache_class", "_supports_static_cache", "_supports_quantized_cache"}
+
+
+def _missing_model_attributes() -> list[str]:
+    from transformers import PreTrainedModel
+
+    return [name for name in V4_MODEL_ATTRIBUTES if not hasattr(PreTrainedModel, name)]
+
+
+def _model_attributes_native() -> bool:
+    """The running transformers has what 4.57 models had (4.57 itself lacks the older 4.4x class attributes too)."""
+    return not [name for name in _missing_model_attributes() if name not in _BEFORE_4_57]
+
+
+@workaround(
+    "v4-model-attributes",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code that calls or reads what transformers 4 model classes had and 5 removed "
+    "(get_extended_attention_mask, get_head_mask, invert_attention_mask, _tie_or_clone_weights, framework, "
+    "_supports_flash_attn_2, ...): given to the model's own classes with 4.57's meaning",
+    upstream="the model's repository (port it to transformers 5's masking utilities)",
+    fixes=[("AttributeError", r"object has no attribute '(" + "|".join(V4_MODEL_ATTRIBUTES) + r")'")],
+    native=_model_attributes_native,
+    touches=r"\b(" + "|".join(V4_MODEL_ATTRIBUTES) + r")\b",
+)
+@contextlib.contextmanager
+def model_attributes(path, config: dict) -> Iterator[Usage]:
+    usage = Usage()
+    missing = _missing_model_attributes()
+    patched: list[str] = []
+    sources = "\n".join(_sources(path))
+
+    def patch(cls) -> None:
+        given = [name for name in missing if not any(name in vars(k) for k in cls.__mro__)]
+        for name in given:
+            setattr(cls, name, V4_MODEL_ATTRIBUTES[name])
+        used = [name for name in given if name in sources]
+        if used:
+            usage.count += 1
+            patched.append(f"{cls.__name__} ({', '.join(used)})")
+
+    with _on_new_model_classes(patch) if missing else contextlib.nullcontext():
+        yield usage
+    if patched:
+        usage.detail = f"gave transformers 4.57's model attributes to {', '.join(patched)}"
+
+
+def _sources(path) -> list[str]:
+    from ._registry import model_code
+
+    return model_code(path)
+
+
+# -------------------------------------------------------------------------------------------------------------
+# tie_weights(self): 5.x calls it with missing_keys= and recompute_mapping=
+
+
+def _takes_v5_keywords(function) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+    return "missing_keys" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+@workaround(
+    "v4-tie-weights-signature",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code that overrides tie_weights(self): transformers 5 calls tie_weights(missing_keys=..., "
+    "recompute_mapping=...); the override is called the 4.x way, then transformers 5 finishes its own tying",
+    upstream="the model's repository (accept **kwargs in tie_weights)",
+    fixes=[("TypeError", r"tie_weights\(\) got an unexpected keyword argument '(missing_keys|recompute_mapping)'")],
+    native=lambda: not _takes_v5_keywords(importlib.import_module("transformers").PreTrainedModel.tie_weights),
+    touches=r"def tie_weights\(\s*self\s*\)",
+)
+@contextlib.contextmanager
+def tie_weights_signature(path, config: dict) -> Iterator[Usage]:
+    from transformers import PreTrainedModel
+
+    usage = Usage()
+    adapted: list[str] = []
+
+    def patch(cls) -> None:
+        own = vars(cls).get("tie_weights")
+        if own is None or _takes_v5_keywords(own):
+            return
+
+        @functools.wraps(own)
+        def tie_weights(self, missing_keys=None, recompute_mapping=True, **kwargs):
+            usage.count += 1
+            own(self)  # the 4.x way: the override ties what it ties
+            return PreTrainedModel.tie_weights(self, missing_keys=missing_keys, recompute_mapping=recompute_mapping, **kwargs)
+
+        cls.tie_weights = tie_weights
+        adapted.append(cls.__name__)
+
+    with _on_new_model_classes(patch) if _takes_v5_keywords(PreTrainedModel.tie_weights) else contextlib.nullcontext():
+        yield usage
+    if adapted:
+        usage.detail = f"called {', '.join(adapted)}.tie_weights() the 4.x way, then transformers 5's own tying"
+
+
+__all__ = ["V4_MODEL_ATTRIBUTES", "v4_config_defaults"]
