@@ -62,3 +62,27 @@ def test_the_stand_ins_mean_what_4x_meant():
     layer = torch.nn.Linear(4, 6)
     pruned = prune_linear_layer(layer, torch.tensor([1, 3]), dim=0)
     assert pruned.weight.shape == (2, 4) and torch.equal(pruned.weight, layer.weight[[1, 3]]) and torch.equal(pruned.bias, layer.bias[[1, 3]])
+
+
+@needs_v5
+def test_older_private_mask_helpers_of_native_modules(zoo_folder):
+    """`from transformers.models.bloom.modeling_bloom import _expand_mask` (and _make_causal_mask, in any native model
+    module): helpers from before 4.57 that remote code still imports; Bloom's are boolean, the others additive."""
+    import torch
+
+    from loadguard.workarounds.v4_names import _removed_names_pattern
+
+    error = ImportError("cannot import name '_expand_mask' from 'transformers.models.bloom.modeling_bloom' (/x.py)")
+    assert [w.name for w in registry.matching(error)] == ["v4-module-names"] and "_expand_mask" in _removed_names_pattern()
+    with registry.using(["v4-module-names"], zoo_folder("clean")):
+        from transformers.models.bloom.modeling_bloom import _expand_mask as bloom_expand
+        from transformers.models.bloom.modeling_bloom import _make_causal_mask as bloom_causal
+        from transformers.models.llama.modeling_llama import _expand_mask, _make_causal_mask
+    padded = bloom_expand(torch.tensor([[1, 1, 0]]), 2)
+    assert padded.dtype == torch.bool and padded.shape == (1, 1, 2, 3) and padded[0, 0, 0].tolist() == [False, False, True]
+    assert bloom_causal((1, 3), "cpu", 1)[0, 0].tolist() == [[False, False, True, True], [False, False, False, True], [False, False, False, False]]
+    lowest = torch.finfo(torch.float32).min
+    assert _expand_mask(torch.tensor([[1, 0]]), torch.float32)[0, 0, 0].tolist() == [0.0, lowest]
+    assert _make_causal_mask((1, 2), torch.float32, "cpu")[0, 0].tolist() == [[0.0, lowest], [0.0, 0.0]]
+    with pytest.raises(ImportError):
+        from transformers.models.bloom.modeling_bloom import _expand_mask  # noqa: F401  (only inside the workaround)

@@ -135,6 +135,46 @@ def _availability(name: str) -> Callable[[], Any] | None:
     return lambda: (lambda *args, **kwargs: installed())
 
 
+def _make_causal_mask(input_ids_shape, dtype, device, past_key_values_length: int = 0):
+    """Older 4.x (Llama, OPT, Bart, Mistral ... before 4.36): an additive causal mask (bsz, 1, tgt, tgt + past)."""
+    from ._attn_mask_v4 import AttentionMaskConverter
+
+    return AttentionMaskConverter._make_causal_mask(input_ids_shape, dtype, device, past_key_values_length)
+
+
+def _expand_mask(mask, dtype, tgt_len=None):
+    """Older 4.x: a padding mask (bsz, src) as an additive mask (bsz, 1, tgt, src)."""
+    from ._attn_mask_v4 import AttentionMaskConverter
+
+    return AttentionMaskConverter._expand_mask(mask, dtype, tgt_len)
+
+
+def _bloom_make_causal_mask(input_ids_shape, device, past_key_values_length: int):
+    """Older 4.x Bloom: a boolean mask, True where a position may not be attended."""
+    import torch
+
+    batch_size, target_length = input_ids_shape
+    mask = torch.empty((target_length, target_length + past_key_values_length), dtype=torch.bool, device=device)
+    seq_ids = torch.arange(target_length, device=device)
+    mask[:, past_key_values_length:] = seq_ids[:, None] < seq_ids[None, :]
+    if past_key_values_length > 0:
+        mask[:, :past_key_values_length] = False
+    return mask[None, None, :, :].expand(batch_size, 1, target_length, target_length + past_key_values_length)
+
+
+def _bloom_expand_mask(mask, tgt_length):
+    """Older 4.x Bloom: a padding mask (bsz, src) as a boolean mask (bsz, 1, tgt, src), True where padded."""
+    batch_size, src_length = mask.shape
+    tgt_length = tgt_length if tgt_length is not None else src_length
+    return (~(mask[:, None, None, :].to(bool))).expand(batch_size, 1, tgt_length, src_length)
+
+
+# helpers native model modules had before 4.57 (so the 4.57 diff cannot list them), still imported by remote code
+OLDER = {"_make_causal_mask": _make_causal_mask, "_expand_mask": _expand_mask}
+OLDER_BLOOM = {"_make_causal_mask": _bloom_make_causal_mask, "_expand_mask": _bloom_expand_mask}
+_MODELING = re.compile(r"^transformers\.models\.(\w+)\.modeling_\w+$")
+
+
 OWN: dict[str, Callable[[], Any]] = {
     "find_pruneable_heads_and_indices": lambda: find_pruneable_heads_and_indices,
     "prune_linear_layer": lambda: prune_linear_layer,
@@ -143,6 +183,10 @@ OWN: dict[str, Callable[[], Any]] = {
 
 def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | None:
     """How to give back ``module.name`` on the running transformers, or None when nothing can."""
+    native_model = _MODELING.match(module)
+    if native_model is not None and name in OLDER:
+        older = OLDER_BLOOM if native_model.group(1) == "bloom" else OLDER
+        return lambda: older[name]
     if name in OWN:
         return OWN[name]
     if origin is not None and origin.startswith("value:"):
@@ -205,7 +249,9 @@ class _Patcher(importlib.abc.MetaPathFinder):
         self.usage, self.used, self.patched = usage, used, {}
 
     def patch(self, module) -> None:
-        gone = removed().get(module.__name__)
+        gone = dict(removed().get(module.__name__, {}))
+        if _MODELING.match(module.__name__):  # the older helpers, in every native model module
+            gone.update({name: None for name in OLDER if name not in vars(module)})
         if not gone or module.__name__ in self.patched:
             return
         previous = module.__dict__.get("__getattr__")
@@ -226,7 +272,7 @@ class _Patcher(importlib.abc.MetaPathFinder):
         self.patched[module.__name__] = (module, previous)
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in removed():
+        if fullname not in removed() and not _MODELING.match(fullname):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -270,7 +316,7 @@ def _imports_a_removed_name(source: str) -> bool:
 
 
 def _removed_names_pattern() -> str:
-    names = sorted({name for gone in removed().values() for name in gone})
+    names = sorted({name for gone in removed().values() for name in gone} | set(OLDER))
     return r"(cannot import name '(" + "|".join(map(re.escape, names)) + r")' from 'transformers|module 'transformers[\w.]*' has no attribute '(" + "|".join(map(re.escape, names)) + r")')"
 
 
@@ -291,8 +337,8 @@ def module_names(path, config: dict) -> Iterator[Usage]:
     usage = Usage()
     used: set[str] = set()
     patcher = _Patcher(usage, used)
-    for name in removed():
-        if name in sys.modules:
+    for name in list(sys.modules):
+        if name in removed() or _MODELING.match(name):
             patcher.patch(sys.modules[name])
     sys.meta_path.insert(0, patcher)
     try:
