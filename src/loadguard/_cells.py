@@ -15,30 +15,36 @@ import sys
 import tempfile
 
 
-def _run(arguments: list[str]) -> dict:
+def _command(arguments: list[str]) -> dict:
+    """In the child: one ``loadguard`` command line, its stdout and stderr captured."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        pid = os.fork()
-        if pid == 0:  # the cell: its own process, fresh of any model code
-            code = 2
-            try:
-                os.dup2(out.fileno(), 1)
-                os.dup2(err.fileno(), 2)
-                sys.stdout = os.fdopen(1, "w", closefd=False)
-                sys.stderr = os.fdopen(2, "w", closefd=False)
-                from loadguard.cli import main
+        code = 2
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout = os.fdopen(1, "w", closefd=False)
+        sys.stderr = os.fdopen(2, "w", closefd=False)
+        from loadguard.cli import main
 
-                try:
-                    main(arguments)
-                except SystemExit as exit_:
-                    code = exit_.code if isinstance(exit_.code, int) else 0
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        try:
+            main(arguments)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
         out.seek(0)
         err.seek(0)
-        return {"returncode": os.waitstatus_to_exitcode(status), "stdout": out.read(), "stderr": err.read()}
+        return {"returncode": code, "stdout": out.read(), "stderr": err.read()}
+
+
+def _run(arguments: list[str]) -> dict:
+    """A cell in a child forked for it alone (:mod:`loadguard._forks`, the pool scan fleets use too)."""
+    from loadguard import _forks
+
+    (outcome,) = _forks.run(_command, [arguments])
+    if outcome.ok:
+        return outcome.value
+    return {"returncode": 2, "stdout": "", "stderr": f"Error: the cell's process failed: {outcome.error}\n"}
 
 
 def main() -> None:

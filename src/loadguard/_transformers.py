@@ -139,6 +139,28 @@ class InitWrites:
     writes: dict[str, list[str]] = field(default_factory=dict)
     replaced: set[str] = field(default_factory=set)
     ran: bool = False
+    where: dict[str, str] = field(default_factory=dict)
+    """For each written name, the line of model code that wrote it first (``modeling_zaya.py:671``)."""
+
+    def note(self, name: str, op: str) -> None:
+        self.writes.setdefault(name, []).append(op)
+        if name not in self.where:
+            location = _model_code_line()
+            if location:
+                self.where[name] = location
+
+
+def _model_code_line() -> str:
+    """The innermost frame of model code (a transformers model module, or remote code) on the current stack."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if "/transformers/models/" in filename or "transformers_modules" in filename:
+            return f"{filename.rsplit('/', 1)[-1]}:{frame.f_lineno} ({frame.f_code.co_name})"
+        frame = frame.f_back
+    return ""
 
 
 # In-place ops that only write values: on a meta tensor they are no-ops (shape checks aside).
@@ -161,7 +183,7 @@ class _MetaWrites(TorchFunctionMode):
         if isinstance(target, torch.Tensor) and target.device.type == "meta" and (name in _VALUE_WRITES or initializer):
             if self.record is not None:
                 for loaded in self.watched.get(_storage(target), ()):
-                    self.record.writes.setdefault(loaded, []).append(name)
+                    self.record.note(loaded, name)
             return None if name == "__setitem__" else target
         return func(*args, **(kwargs or {}))
 
@@ -207,7 +229,7 @@ class _WriteRecorder(TorchDispatchMode):
             value = args[index] if index < len(args) else kwargs.get(argument.name)
             if isinstance(value, torch.Tensor):
                 for name in self.watched.get(_storage(value), ()):
-                    self.record.writes.setdefault(name, []).append(func._schema.name.split("::")[-1])
+                    self.record.note(name, func._schema.name.split("::")[-1])
         return func(*args, **kwargs)
 
 

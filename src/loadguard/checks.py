@@ -214,7 +214,7 @@ CONSTANT_FILLS = frozenset({"zero_", "fill_", "ones_", "zeros_"})
 CONSTANT_FILL_NOTE = "a constant fill, harmless only if the checkpoint holds exactly that constant"
 
 
-def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) -> Finding:
+def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool, where: str | None = None) -> Finding:
     """A scan: weight initialization wrote into (or replaced) a tensor after it was loaded. Without the
     weights, a constant fill (``zero_``, ``fill_``) cannot be told from a no-op on a checkpoint that holds that
     constant; it is still an overwrite of whatever the checkpoint holds, and says so."""
@@ -225,6 +225,8 @@ def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool) ->
         detail = f"weight initialization writes into it after loading ({', '.join(kinds)})"
         if set(kinds) <= CONSTANT_FILLS:
             detail += f": {CONSTANT_FILL_NOTE}"
+    if where:
+        detail += f" [at {where}]"
     return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.OVERWRITTEN, detail)
 
 

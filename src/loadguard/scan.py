@@ -125,6 +125,7 @@ def scan(
     def attempt(active: tuple[str, ...]):
         record.writes.clear()
         record.replaced.clear()
+        record.where.clear()
         try:
             auto_class = _hf.resolve_class(model_class, source.config)  # inside the workarounds, as a load resolves it
             config = source.config_object if source.config_object is not None else _scan_source.load_config(source, trust_remote_code)
@@ -198,7 +199,7 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
         for entry in state:
             if entry.name in loaded:
                 if entry.name in record.writes or entry.name in record.replaced:
-                    written.append(checks.check_predicted_write(entry, record.writes.get(entry.name, []), entry.name in record.replaced))
+                    written.append(checks.check_predicted_write(entry, record.writes.get(entry.name, []), entry.name in record.replaced, record.where.get(entry.name)))
             elif entry.name not in tie_targets:
                 value = reference.values.get(entry.name) if reference is not None else None
                 missing.append(checks.check_missing_key(entry, inventory.tensor(entry.name), value))

@@ -1,10 +1,9 @@
 """``loadguard scan PATH_OR_HUB_ID...``: predict what loading would get wrong, without weights; one model or a fleet.
 
-A fleet (several models, or ``--from FILE``) runs each model in a fresh interpreter, so one model's remote code
-cannot leak into the next: a ``concurrent.futures`` process pool with the ``spawn`` start method and one task
-per worker process (``max_tasks_per_child=1``), ``--jobs`` at a time. The standard library's pool serves better
-here than pytest-xdist/execnet (what ``repeat`` uses): there is no test session to distribute, only independent
-function calls whose results are JSON.
+A fleet (several models, or ``--from FILE``) runs each model in a child forked for it alone from this process, which
+has imported torch, transformers and loadguard once (:mod:`loadguard._forks`, the pool the matrix uses too), so one
+model's remote code cannot leak into the next and a model costs its scan, not another import; ``--jobs`` at a time,
+``--timeout`` per model.
 """
 
 from __future__ import annotations
@@ -51,8 +50,40 @@ def _scan_in_fresh_interpreter(target: str, options: dict) -> dict:
     return _result(target, options)
 
 
-def scan_fleet(targets: list[str], options: dict, jobs: int) -> list[dict]:
-    """Each target in a fresh interpreter, ``jobs`` at a time; results in the order of ``targets``."""
+def _scan_in_child(item: tuple[str, dict]) -> dict:
+    return _result(*item)
+
+
+DEFAULT_TIMEOUT = 900.0
+
+
+def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT) -> list[dict]:
+    """Each target in a child forked for it alone from this process, which imports torch, transformers and loadguard
+    once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout`` or dies is a row saying
+    so. Where fork is not available: fresh interpreters. Results in the order of ``targets``."""
+    from .. import _forks
+
+    if not _forks.available():
+        return scan_fleet_spawned(targets, options, jobs)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers  # noqa: F401  (imported once, here, before any fork)
+    from transformers import PreTrainedModel  # noqa: F401
+
+    from .. import scan as _scan_module  # noqa: F401
+
+    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout)
+    rows = []
+    for target, outcome in zip(targets, outcomes):
+        if outcome.ok:
+            rows.append(outcome.value)
+        else:
+            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}",
+                         "hint": "scan it alone to see why (LOADGUARD_DEBUG=1); --timeout sets the limit per model", "fixes": []})
+    return rows
+
+
+def scan_fleet_spawned(targets: list[str], options: dict, jobs: int) -> list[dict]:
+    """Each target in a fresh interpreter (spawned, importing torch and transformers anew), ``jobs`` at a time."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -121,11 +152,15 @@ def _markdown(rows: list[dict]) -> str:
 @workarounds_from_option(expose=True)
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True,
               help="json: one JSON document per model per line.")
-@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a fresh interpreter).")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a child process of its own).")
+@click.option("--timeout", type=click.FloatRange(1, None), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds one model's scan may take in a fleet (then it is a row saying so).")
+@click.option("--native", is_flag=True, help="Scan every model class the installed transformers registers in its auto mappings (no PATH).")
+@click.option("--match", default=None, metavar="GLOB", help="With --native: only classes or model types matching (e.g. '*ForCausalLM', 'llama*').")
+@click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
 @click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="As from_pretrained's; a scan predicts a load on one device (offloading is not simulated).")
 @click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
 @click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, device_map, max_memory, offload_folder):
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, native, match, tasks, device_map, max_memory, offload_folder):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -135,6 +170,8 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
 
     from ._common import parse_placement
 
+    if native:
+        return _native(paths or from_file, match, tasks, fmt, jobs, timeout)
     targets = _targets(paths, from_file)
     placement = parse_placement(device_map, max_memory, offload_folder)
     options = {
@@ -149,7 +186,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     if len(targets) == 1 and not from_file:
         rows = [_result(targets[0], options)]
     else:
-        rows = scan_fleet(targets, options, jobs)
+        rows = scan_fleet(targets, options, jobs, timeout)
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
         for row in rows:
@@ -200,3 +237,44 @@ def print_scan(row: dict) -> None:
         out.print(line, highlight=False, soft_wrap=True)
     for outcome in row["workarounds"]:
         out.print(workaround_line(outcome), highlight=False, soft_wrap=True)
+
+
+def _native(extra, match, tasks, fmt, jobs, timeout) -> int:
+    """``--native``: every auto-mapped class of the installed transformers, a row each."""
+    import time
+
+    from .. import native as native_module
+    from ..errors import InvalidOptionError
+
+    if extra:
+        raise InvalidOptionError("--native scans transformers' own classes: it takes no PATH or --from", "drop the paths, or scan them without --native")
+    quiet_transformers()
+    natives = native_module.classes(match, tasks=tasks)
+    if not natives:
+        raise InvalidOptionError(f"no auto-mapped class matches {match or tasks!r}", "widen --match / --tasks (globs)")
+    start = time.perf_counter()
+    rows = native_module.scan_all(natives, jobs=jobs, timeout=timeout)
+    seconds = time.perf_counter() - start
+    scanned = [row for row in rows if row["scanned"]]
+    if fmt == "json":
+        for row in rows:
+            emit(json.dumps(row, sort_keys=False))
+    elif fmt == "markdown":
+        emit(native_module.markdown(rows))
+    else:
+        from rich.table import Table
+
+        table = Table(header_style="bold", title="transformers' own classes, scanned weightless")
+        for column in ("class", "verdict", "what a load gets wrong (predicted)"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            if row["scanned"] and _verdict(row) == "clean":
+                continue
+            table.add_row(row["model"], _verdict(row), _tensors(row))
+        stdout().print(table)
+    clean = sum(1 for row in scanned if _verdict(row) == "clean")
+    stderr().print(f"{len(rows)} classes in {seconds:.0f} s: {clean} clean, {len(scanned) - clean} with findings, {len(rows) - len(scanned)} could not be built", highlight=False)
+    if not scanned:
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.CLEAN if clean == len(rows) else ExitCode.FINDINGS
+

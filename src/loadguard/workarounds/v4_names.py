@@ -164,9 +164,7 @@ def _bloom_make_causal_mask(input_ids_shape, device, past_key_values_length: int
 
 def _bloom_expand_mask(mask, tgt_length):
     """Older 4.x Bloom: a padding mask (bsz, src) as a boolean mask (bsz, 1, tgt, src), True where padded."""
-    batch_size, src_length = mask.shape
-    tgt_length = tgt_length if tgt_length is not None else src_length
-    return (~(mask[:, None, None, :].to(bool))).expand(batch_size, 1, tgt_length, src_length)
+    return (~(mask[:, None, None, :].to(bool))).expand(mask.shape[0], 1, tgt_length if tgt_length is not None else mask.shape[1], mask.shape[1])
 
 
 # helpers native model modules had before 4.57 (so the 4.57 diff cannot list them), still imported by remote code
@@ -197,7 +195,7 @@ def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | 
     variant = _ATTENTION_VARIANT.match(name)
     if variant is not None:
         target = f"{variant['prefix']}Attention"
-        return (lambda: getattr(importlib.import_module(module), target)) if _has(module, target) else None
+        return (lambda: getattr(importlib.import_module(module), target)) if target in _names(module) else None
     if name.endswith("_ATTENTION_CLASSES"):
         classes = [n for n in _names(module) if n.endswith(("SelfAttention", "Attention")) and not _ATTENTION_VARIANT.match(n)]
         if classes:
@@ -231,10 +229,6 @@ def _names(module: str) -> list[str]:
         return list(vars(importlib.import_module(module)))
     except Exception:
         return []
-
-
-def _has(module: str, name: str) -> bool:
-    return name in _names(module)
 
 
 def declined(entry_id: str) -> str | None:

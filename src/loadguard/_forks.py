@@ -1,0 +1,128 @@
+"""One fork pool for everything that runs many models in isolation: a child forked, for each item, from a process that
+has already imported torch, transformers and loadguard.
+
+The child runs one function on one item and exits, so a model's remote code is imported only there and never reaches
+the next item, while an item costs its own work, not another import of torch and transformers (6-8 s). Results come
+back pickled through a pipe. A child that runs past ``timeout`` is killed and one that dies (a segfault, ``os._exit``)
+is reported: both are an :class:`Outcome` with the reason, never a hung or aborted run. Used by scan fleets
+(``loadguard scan A B C``, ``--native``) and by the matrix's per-environment worker (:mod:`loadguard._cells`).
+
+Where ``os.fork`` is not available, :func:`available` says so and callers fall back to fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import selectors
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one child gave back: ``value`` when ``ok``, else ``error`` (an exception it raised, a timeout, a crash)."""
+
+    ok: bool
+    value: Any = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+def available() -> bool:
+    return hasattr(os, "fork")
+
+
+def _child(function: Callable[[Any], Any], item: Any, write: int) -> None:
+    code = 0
+    try:
+        torch = sys.modules.get("torch")
+        if torch is not None:  # the parent's OpenMP thread team does not survive a fork: one thread, no team to wait on
+            torch.set_num_threads(1)
+        try:
+            payload = pickle.dumps((True, function(item)))
+        except BaseException as error:  # the item's own failure: reported, never propagated into the parent
+            payload = pickle.dumps((False, f"{type(error).__name__}: {error}"))
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write, view) :]
+    except BaseException:
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _describe_exit(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"the process died ({name})"
+    return f"the process exited with code {os.WEXITSTATUS(status)} before reporting"
+
+
+def run(function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, timeout: float | None = None) -> list[Outcome]:
+    """``function(item)`` for every item, each in a child of its own, ``jobs`` at a time; outcomes in item order."""
+    pending = list(enumerate(items))
+    outcomes: dict[int, Outcome] = {}
+    running: dict[int, tuple[int, int, float, bytearray]] = {}  # read fd -> (index, pid, start, data)
+    selector = selectors.DefaultSelector()
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, jobs):
+                index, item = pending.pop(0)
+                read, write = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the child
+                    os.close(read)
+                    _child(function, item, write)
+                os.close(write)
+                running[read] = (index, pid, time.perf_counter(), bytearray())
+                selector.register(read, selectors.EVENT_READ)
+            deadline = min((start + timeout for _, _, start, _ in running.values()), default=None) if timeout else None
+            wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            for key, _ in selector.select(wait):
+                index, pid, start, data = running[key.fd]
+                chunk = os.read(key.fd, 1 << 20)
+                if chunk:
+                    data.extend(chunk)
+                    continue
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                del running[key.fd]
+                _, status = os.waitpid(pid, 0)
+                seconds = time.perf_counter() - start
+                if data:
+                    ok, value = pickle.loads(bytes(data))
+                    outcomes[index] = Outcome(True, value, seconds=seconds) if ok else Outcome(False, error=value, seconds=seconds)
+                else:
+                    outcomes[index] = Outcome(False, error=_describe_exit(status), seconds=seconds)
+            if timeout:
+                now = time.perf_counter()
+                for fd, (index, pid, start, _) in list(running.items()):
+                    if now - start >= timeout:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        selector.unregister(fd)
+                        os.close(fd)
+                        del running[fd]
+                        outcomes[index] = Outcome(False, error=f"timed out after {timeout:g} s (killed)", seconds=now - start)
+    finally:
+        for fd, (_, pid, _, _) in running.items():  # interrupted: leave no child behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            os.close(fd)
+        selector.close()
+    return [outcomes[index] for index in sorted(outcomes)]
+
+
+__all__ = ["Outcome", "available", "run"]

@@ -1,0 +1,58 @@
+"""Scan fleets through pre-imported forks (issue 18): isolation per model, a crash or a hang is a row, and the same
+output as fresh interpreters."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from loadguard import _forks
+from loadguard.cli.scan import _result, scan_fleet, scan_fleet_spawned
+
+pytestmark = pytest.mark.skipif(not _forks.available(), reason="os.fork is not available on this platform: fleets use fresh interpreters")
+
+
+def _with_code(zoo_folder, tmp_path, name: str, code: str):
+    folder = tmp_path / name
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    modeling = folder / "modeling_lgtoy.py"
+    modeling.write_text(modeling.read_text() + "\n" + code + "\n")
+    return str(folder)
+
+
+OPTIONS = {"trust_remote_code": True, "keys": "auto", "workarounds": [], "placement": {}}
+
+
+def _comparable(row: dict) -> dict:
+    row = dict(row)
+    row.pop("seconds", None)
+    return row
+
+
+def test_one_models_code_does_not_reach_the_next(zoo_folder, tmp_path):
+    leak = _with_code(zoo_folder, tmp_path, "leaks", "import sys, types\nsys.modules['loadguard_test_leak'] = types.ModuleType('leak')")
+    check = _with_code(zoo_folder, tmp_path, "checks", "import sys\nassert 'loadguard_test_leak' not in sys.modules, 'leaked from the previous model'")
+    rows = scan_fleet([leak, check, leak], OPTIONS, jobs=1)
+    assert [row["scanned"] for row in rows] == [True, True, True], [row.get("error") for row in rows]
+    import sys
+
+    assert "loadguard_test_leak" not in sys.modules  # nor into the parent
+
+
+def test_a_crash_and_a_hang_are_rows(zoo_folder, tmp_path):
+    crash = _with_code(zoo_folder, tmp_path, "crashes", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    hang = _with_code(zoo_folder, tmp_path, "hangs", "import time\ntime.sleep(600)")
+    fine = str(zoo_folder("clean"))
+    rows = scan_fleet([crash, hang, fine], OPTIONS, jobs=2, timeout=20)
+    assert rows[0]["scanned"] is False and "died (SIGSEGV)" in rows[0]["error"]
+    assert rows[1]["scanned"] is False and "timed out after 20 s" in rows[1]["error"]
+    assert rows[2]["scanned"] is True and rows[2]["model"] == fine
+
+
+def test_the_fork_fleet_equals_fresh_interpreters(zoo_folder):
+    targets = [str(zoo_folder(name)) for name in ("np_buffer", "clean", "overwritten", "typing_alias")]
+    forked = scan_fleet(targets, OPTIONS, jobs=2)
+    spawned = scan_fleet_spawned(targets, OPTIONS, jobs=2)
+    assert [_comparable(r) for r in forked] == [_comparable(r) for r in spawned]
+    assert _comparable(forked[0]) == _comparable(_result(targets[0], OPTIONS))  # and the in-process single scan
