@@ -168,12 +168,25 @@ def scan_vs_audit() -> None:
 
 
 def fleet() -> None:
+    """20 zoo folders: the warm in-process scans side by side with the fleet (each model in a forked child of one
+    process that imports torch and transformers once), --jobs 1 and 2. Target: at most 1 s of overhead per model."""
     from loadguard import zoo
+    from loadguard.cli.scan import _result
 
-    print("\n## Fleet of 20 folders: --jobs 2 vs --jobs 1 (each model in a fresh interpreter)")
+    print("\n## Fleet of 20 folders: warm scans vs the fork fleet (--jobs 1, --jobs 2)")
     names = [e.name for e in zoo.entries()]
+    options = {"trust_remote_code": True, "workarounds": ["auto"], "keys": "auto", "placement": {}}
     with tempfile.TemporaryDirectory() as workdir:
         folders = [str(zoo.build(names[i % len(names)], Path(workdir) / f"m{i:02d}")) for i in range(20)]
+        for folder in folders:  # warm: every model's code imported once
+            _result(folder, options)
+        start = time.perf_counter()
+        for folder in folders:
+            _result(folder, options)
+        warm = time.perf_counter() - start
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch, transformers, loadguard.scan; from transformers import PreTrainedModel"], check=True)
+        imports = time.perf_counter() - start
         listing = Path(workdir) / "fleet.txt"
         listing.write_text("\n".join(folders) + "\n")
         outputs, times = {}, {}
@@ -188,14 +201,36 @@ def fleet() -> None:
             for row in rows:
                 row.pop("seconds", None)
             outputs[jobs] = rows
-        same = outputs[1] == outputs[2]
-        print(f"--jobs 1: {times[1]:.1f} s   --jobs 2: {times[2]:.1f} s   speed-up {times[1] / times[2]:.2f}x   identical output: {same}")
+        overhead = (times[1] - imports - warm) / len(folders)
+        print(f"warm scans in one process: {warm:.1f} s ({warm / len(folders):.2f} s per model); importing torch + transformers once: {imports:.1f} s")
+        print(f"fleet --jobs 1: {times[1]:.1f} s   --jobs 2: {times[2]:.1f} s   overhead per model beyond the warm scan (--jobs 1): "
+              f"{overhead:.2f} s (target <= 1 s)   identical output: {outputs[1] == outputs[2]}")
+
+
+def native_sweep(everything: bool) -> None:
+    """scan --native over the causal-LM classes (--all: every auto-mapped class), --jobs 2: wall time and the largest
+    child's peak resident memory. Targets: causal LM <= 3 min, everything <= 15 min, <= 1 GB per child."""
+    import resource
+
+    from loadguard import native
+
+    natives = native.classes(tasks=None if everything else "*CAUSAL_LM*")
+    start = time.perf_counter()
+    rows = native.scan_all(natives, jobs=2)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    clean = sum(1 for r in rows if r.get("scanned") and not any(f["status"] in ("uninitialized", "on_meta", "overwritten", "mismatch") for f in r["findings"]))
+    label = "every auto-mapped class" if everything else "every causal-LM class"
+    print(f"\n## scan --native, {label}: {len(rows)} classes in {seconds:.0f} s (--jobs 2; target {'15 min' if everything else '3 min'}), "
+          f"{clean} clean, largest child {peak:.0f} MB resident (target <= 1024 MB)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="skip the per-expert 61-layer model")
+    parser.add_argument("--all-classes", action="store_true", help="sweep every auto-mapped class (about 10 min), not only causal LMs")
     arguments = parser.parse_args()
     shapes(arguments.quick)
     scan_vs_audit()
     fleet()
+    native_sweep(arguments.all_classes)

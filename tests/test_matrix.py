@@ -113,3 +113,20 @@ def test_bisect_finds_when_transformers_stopped_overwriting_every_loaded_weight(
     after = next(c for c in result.cells if c.transformers == result.first_changed)
     assert len(before.failures) == 13 and after.failures == ["lm_head.weight"]
     print(f"first version that overwrites only the head: {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)")
+
+
+def test_native_matrix_shows_only_what_a_release_changed(environment_cache, monkeypatch, capsys):
+    """Llama's classes under 4.57.6 and the pinned 5.x, each scanned in its own environment: only classes whose verdict
+    differs are listed (here: those one release has and the other lacks), with both verdicts."""
+    from loadguard.cli import main
+
+    monkeypatch.setenv("LOADGUARD_CACHE", str(environment_cache))
+    with pytest.raises(SystemExit) as info:
+        main(["matrix", "--native", "--transformers", f"{V4},{V5}", "--match", "Llama*", "--format", "json", "--jobs", "2"])
+    document = json.loads(capsys.readouterr().out)
+    assert info.value.code in (0, 1) and document["errors"] == {} and document["classes"] >= 5
+    changed = {row["class"]: row["verdicts"] for row in document["changed"]}
+    assert "LlamaForCausalLM (llama)" not in changed  # clean under both
+    for verdicts in changed.values():
+        assert set(verdicts) == {V4, V5} and len(set(verdicts.values())) == 2
+    assert all(check["ok"] for check in document["selfchecks"].values())

@@ -64,9 +64,12 @@ def _markdown(matrix) -> str:
               help="Apply (or, after load, assess) a registered workaround in every cell; a row per model says where it is needed.")
 @workarounds_from_option(expose=True)
 @click.option("--bisect", nargs=2, default=None, metavar="LOW HIGH", help="The first version between LOW and HIGH at which each model's verdict changes.")
+@click.option("--native", is_flag=True, help="Every class each release's auto mappings register (no PATH): only the classes whose verdict differs between the versions.")
+@click.option("--match", default=None, metavar="GLOB", help="With --native: only classes or model types matching.")
+@click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Cells at once (each a fresh interpreter).")
-def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, fmt, jobs):
+def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, native, match, tasks, fmt, jobs):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
 
     Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
@@ -74,6 +77,8 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     from .. import matrix as matrix_module
     from ..errors import InvalidOptionError
 
+    if native:
+        return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs)
     if not paths:
         raise InvalidOptionError("no model given", "pass model folders or Hub ids")
     files = [str(Path(f).resolve()) for f in workarounds_from]
@@ -145,3 +150,37 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         stderr().print("[bold red]Error:[/] none of the transformers versions could be installed here", highlight=False)
         return ExitCode.COULD_NOT_RUN
     return ExitCode.CLEAN if all(c.status == "clean" for c in result.cells) else ExitCode.FINDINGS
+
+
+def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs) -> int:
+    from .. import matrix_native
+    from ..errors import InvalidOptionError
+
+    if paths:
+        raise InvalidOptionError("--native compares transformers' own classes: it takes no PATH", "drop the paths")
+    if not transformers_versions:
+        raise InvalidOptionError("which releases? none given", "pass --transformers A,B")
+    versions = versions_from(transformers_versions, max_versions)
+    with progress(f"Scanning every auto-mapped class under {len(versions)} transformers release(s)", after=0.5):
+        diff = matrix_native.run(versions, match=match, tasks=tasks, jobs=jobs)
+    if fmt == "json":
+        emit(json.dumps(diff.to_dict(), indent=2))
+    elif fmt == "markdown":
+        emit(matrix_native.markdown(diff))
+    else:
+        from rich.table import Table
+
+        table = Table(header_style="bold", title=f"classes whose verdict differs ({len(diff.changed)} of {len(diff.verdicts)})")
+        table.add_column("class", overflow="fold")
+        for version in versions:
+            table.add_column(f"transformers {version}", overflow="fold")
+        for label in diff.changed:
+            table.add_row(label, *(diff.verdicts[label].get(v, "absent") for v in versions))
+        stdout().print(table)
+    for version, why in diff.errors.items():
+        stderr().print(f"transformers {version}: {why}", highlight=False)
+    stderr().print(", ".join(f"transformers {v}: {s:.0f} s" for v, s in diff.seconds.items()), highlight=False)
+    if len(diff.errors) == len(versions):
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.FINDINGS if diff.changed else ExitCode.CLEAN
+
