@@ -203,7 +203,10 @@ def constructing_with_meta_writes_skipped(cls: type) -> Iterator[None]:
     init = cls.__init__
 
     def __init__(self, *args, **kwargs):
-        with _MetaWrites():
+        # model code that picks its own device (Linear(..., device="cpu"), torch.zeros(..., device=init_device))
+        # would allocate every weight for real, outside transformers' meta context: a weightless load needs none
+        # of it (loaded tensors are replaced, the rest initialized on meta), so tensors over 1 MiB go to meta
+        with _MetaWrites(), _LargeOnMeta(1 << 20, _FACTORIES, any_device=True):
             init(self, *args, **kwargs)
 
     cls.__init__ = __init__
@@ -290,13 +293,13 @@ _FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.randn, tor
 
 
 class _LargeOnMeta(TorchFunctionMode):
-    def __init__(self, threshold: int, factories=_FACTORIES):
+    def __init__(self, threshold: int, factories=_FACTORIES, any_device: bool = False):
         super().__init__()
-        self.threshold, self.factories = threshold, factories
+        self.threshold, self.factories, self.any_device = threshold, factories, any_device
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
-        if func in self.factories and kwargs.get("device") in (None, "cpu", torch.device("cpu")):
+        if func in self.factories and (self.any_device or kwargs.get("device") in (None, "cpu", torch.device("cpu"))):
             size = kwargs.get("size") or next((a for a in args if isinstance(a, (tuple, list, torch.Size))), None)
             if size is None:
                 size = tuple(a for a in args if isinstance(a, int) and not isinstance(a, bool))

@@ -80,6 +80,7 @@ _FAMILIES = {
     "lgv4tie": _toy_variant("lgv4tie", "LgV4TieConfig", "LgV4TieForCausalLM"),
     "lgv4attrs": _toy_variant("lgv4attrs", "LgV4AttrsConfig", "LgV4AttrsForCausalLM"),
     "lgv4names": _toy_variant("lgv4names", "LgV4NamesConfig", "LgV4NamesForCausalLM"),
+    "lgdevice": _toy_variant("lgdevice", "LgDeviceConfig", "LgDeviceForCausalLM"),
 }
 # Seed 47 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.7) on its demo prompts and the
 # example suite's (sliced images included), all of which change when pos_embed is corrupted (zeros, noise,

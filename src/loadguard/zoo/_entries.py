@@ -289,6 +289,14 @@ ENTRIES: dict[str, ZooEntry] = {
             failures=(("v4-module-names", "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'"),),
         ),
         ZooEntry(
+            "device_picking",
+            "lgdevice",
+            "(a) remote code that builds every layer with device=config.init_device itself (OLMo-style): a weightless "
+            "construction must not allocate it; its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+        ),
+        ZooEntry(
             "v4_tied_list",
             "lgv4s2s",
             "(a) an encoder-decoder written for transformers 4.x, T5-style: encoder and decoder embedding tables tied to "
