@@ -18,7 +18,7 @@ from typing import Any
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_encoder_layers",
                 "num_decoder_layers", "depth", "num_blocks")
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
-ROUTED_COUNTS = ("num_experts_per_tok", "moe_topk", "top_k", "num_experts_per_token")
+ROUTED_COUNTS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token")  # not top_k: a generation setting on 4.x configs
 MAX_LAYERS, MAX_EXPERTS, MAX_ROUTED = 2, 4, 2
 
 
