@@ -71,4 +71,4 @@ def test_a_model_that_really_loads_broken_still_fails(tmp_path):
         assert differing == set()  # transformers 4.x keeps the buffers: nothing to find
     else:
         assert differing == {"test_a_model_that_really_loads_broken"}
-        assert "positions.table (uninitialized)" in guarded["stdout"]
+        assert "positions.table (" in guarded["stdout"]  # uninitialized or mismatch: whatever memory the load got

@@ -6,47 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
 import sys
 import warnings
 
 import pytest
 
+from .._import_hooks import AfterImport
 from ._state import Session, marker, policy_for
 
 _MODELING = "transformers.modeling_utils"
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback on a module right after it is first imported, so the plugin patches transformers
-    only in runs that import it (a pytest run that never touches transformers pays nothing)."""
-
-    def __init__(self, name: str, callback):
-        self.name, self.callback = name, callback
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        execute, callback = spec.loader.exec_module, self.callback
-
-        def exec_module(module):
-            execute(module)
-            callback(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-    def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
 
 
 def install(session: Session) -> None:
@@ -58,8 +26,7 @@ def install(session: Session) -> None:
     if module is not None:
         _patch_from_pretrained(session, module.PreTrainedModel)
         return
-    hook = _AfterImport(_MODELING, lambda module: _patch_from_pretrained(session, module.PreTrainedModel))
-    sys.meta_path.insert(0, hook)
+    hook = AfterImport(lambda name: name == _MODELING, lambda module: _patch_from_pretrained(session, module.PreTrainedModel)).install()
     session.undo.append(hook.remove)
 
 

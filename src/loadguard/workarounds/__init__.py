@@ -38,7 +38,7 @@ from ._registry import __all__ as _REGISTRY_NAMES
 
 # The registry is imported eagerly (light: it imports nothing of loadguard but errors); the application, which
 # sits above the audit, only when one of its names is first used, so importing the registry never imports the audit.
-_APPLY_NAMES = (
+APPLY_NAMES = (
     "after_load",
     "attempt",
     "audit_after_load",
@@ -74,11 +74,11 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    if name in _APPLY_NAMES:
+    if name in APPLY_NAMES:
         value = getattr(importlib.import_module("._apply", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = sorted(set(_REGISTRY_NAMES) | set(_APPLY_NAMES) | {"load_file"})
+__all__ = sorted(set(_REGISTRY_NAMES) | set(APPLY_NAMES) | {"load_file"})

@@ -15,6 +15,7 @@ from typing import Any
 from .. import _config, _hf
 from ..audit import audit
 from ..errors import StaleWorkaroundError, WorkaroundError
+from . import APPLY_NAMES
 from ._registry import (
     AUTO,
     CONSTRUCTION_ATTRIBUTE,
@@ -279,15 +280,4 @@ def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False
     return outcomes
 
 
-__all__ = [
-    "after_load",
-    "attempt",
-    "audit_after_load",
-    "before_import",
-    "construction",
-    "for_runner",
-    "judge_before_import",
-    "predict_after_load",
-    "remember",
-    "using",
-]
+__all__ = list(APPLY_NAMES)

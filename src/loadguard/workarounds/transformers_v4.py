@@ -300,17 +300,24 @@ def _missing_generation_defaults() -> list[str]:
 )
 @contextlib.contextmanager
 def config_generation_defaults(path, config: dict) -> Iterator[Usage]:
+    usage = Usage()
+    with config_attributes({name: V4_GENERATION_DEFAULTS[name] for name in _missing_generation_defaults()}, config, usage):
+        yield usage
+    if usage.count:
+        usage.detail = "gave the model's code the transformers 4.x generation defaults on its config (max_length 20, ...; config.json's values where it has them)"
+
+
+@contextlib.contextmanager
+def config_attributes(defaults: dict[str, Any], config: dict, usage: Usage) -> Iterator[None]:
+    """Class-level fallbacks on ``PretrainedConfig`` for ``defaults`` (config.json's values where it has them), for
+    code outside transformers only; removed after the block."""
     from transformers import PretrainedConfig
 
-    usage = Usage()
-    missing = _missing_generation_defaults()
-    from_json = {name: config[name] for name in missing if name in config}
-    for name in missing:
-        setattr(PretrainedConfig, name, _GenerationDefault(name, V4_GENERATION_DEFAULTS[name], usage, from_json))
+    from_json = {name: config[name] for name in defaults if name in config}
+    for name, value in defaults.items():
+        setattr(PretrainedConfig, name, _GenerationDefault(name, value, usage, from_json))
     try:
-        yield usage
+        yield
     finally:
-        for name in missing:
+        for name in defaults:
             delattr(PretrainedConfig, name)
-    if missing:
-        usage.detail = "gave the model's code the transformers 4.x generation defaults on its config (max_length 20, ...; config.json's values where it has them)"

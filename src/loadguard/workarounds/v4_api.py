@@ -17,7 +17,7 @@ from typing import Any
 
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
-from .transformers_v4 import V4_GENERATION_DEFAULTS, _GenerationDefault
+from .transformers_v4 import V4_GENERATION_DEFAULTS, config_attributes
 from .v4_names import diff
 
 
@@ -52,18 +52,9 @@ def _missing_config_defaults() -> list[str]:
 )
 @contextlib.contextmanager
 def config_defaults(path, config: dict) -> Iterator[Usage]:
-    from transformers import PretrainedConfig
-
     usage = Usage()
-    missing = _missing_config_defaults()
-    from_json = {name: config[name] for name in missing if name in config}
-    for name in missing:
-        setattr(PretrainedConfig, name, _GenerationDefault(name, v4_config_defaults()[name], usage, from_json))
-    try:
+    with config_attributes({name: v4_config_defaults()[name] for name in _missing_config_defaults()}, config, usage):
         yield usage
-    finally:
-        for name in missing:
-            delattr(PretrainedConfig, name)
     if usage.count:
         usage.detail = "gave the model's code transformers 4.57's config attributes (pad_token_id None, is_decoder False, ...; config.json's values where it has them)"
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.abc
 import importlib.metadata
 import importlib.util
 import json
@@ -30,6 +29,7 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from typing import Any
 
+from .._import_hooks import AfterImport
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 
@@ -236,7 +236,7 @@ def declined(entry_id: str) -> str | None:
     return next((reason for pattern, reason in DECLINED if re.match(pattern, entry_id)), None)
 
 
-class _Patcher(importlib.abc.MetaPathFinder):
+class _Patcher:
     """Gives each module of the diff a ``__getattr__`` serving its removed names, now or when it is first imported."""
 
     def __init__(self, usage: Usage, used: set[str]):
@@ -264,26 +264,6 @@ class _Patcher(importlib.abc.MetaPathFinder):
 
         module.__getattr__ = __getattr__
         self.patched[module.__name__] = (module, previous)
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in removed() and not _MODELING.match(fullname):
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        execute, patch = spec.loader.exec_module, self.patch
-
-        def exec_module(module):
-            execute(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
 
     def undo(self) -> None:
         for module, previous in self.patched.values():
@@ -331,15 +311,18 @@ def module_names(path, config: dict) -> Iterator[Usage]:
     usage = Usage()
     used: set[str] = set()
     patcher = _Patcher(usage, used)
+
+    def wanted(name: str) -> bool:
+        return name in removed() or _MODELING.match(name) is not None
+
     for name in list(sys.modules):
-        if name in removed() or _MODELING.match(name):
+        if wanted(name):
             patcher.patch(sys.modules[name])
-    sys.meta_path.insert(0, patcher)
+    hook = AfterImport(wanted, patcher.patch).install()
     try:
         yield usage
     finally:
-        if patcher in sys.meta_path:
-            sys.meta_path.remove(patcher)
+        hook.remove()
         patcher.undo()
     if used:
         usage.detail = f"gave back {', '.join(sorted(used)[:6])}" + (f" and {len(used) - 6} more" if len(used) > 6 else "") + " (removed in transformers 5)"
