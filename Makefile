@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_zoo.py
 	$(BIN)/python benchmarks/bench_audit.py
 	$(BIN)/python benchmarks/bench_scan.py
+	$(BIN)/python benchmarks/bench_plugin.py
 	$(BIN)/python benchmarks/bench_matrix.py
 
 # torchao (a quantized load in the suite) goes to a folder of its own: installed in the environment, transformers
