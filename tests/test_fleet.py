@@ -56,3 +56,32 @@ def test_the_fork_fleet_equals_fresh_interpreters(zoo_folder):
     spawned = scan_fleet_spawned(targets, OPTIONS, jobs=2)
     assert [_comparable(r) for r in forked] == [_comparable(r) for r in spawned]
     assert _comparable(forked[0]) == _comparable(_result(targets[0], OPTIONS))  # and the in-process single scan
+
+
+HOG = "import time, torch\n_HOG = torch.ones(100 * 2**20)  # 400 MB, touched\ntime.sleep(60)"
+
+
+def test_a_model_over_the_memory_limit_is_a_row_saying_so(zoo_folder, tmp_path):
+    hog = _with_code(zoo_folder, tmp_path, "hogs", HOG)
+    fine = str(zoo_folder("clean"))
+    rows = scan_fleet([hog, fine], OPTIONS, jobs=2, timeout=60, limit=100 * 2**20)
+    assert rows[0]["scanned"] is False and "went over the memory limit" in rows[0]["error"] and "limit 100.0 MiB" in rows[0]["error"]
+    assert "raise --memory-limit" in rows[0]["hint"] and "loadguard audit" in rows[0]["hint"]
+    assert rows[1]["scanned"] is True  # its neighbour is unaffected
+
+
+def test_memory_limit_through_the_cli(zoo_folder, tmp_path, capsys):
+    from loadguard.cli import main
+    from loadguard.cli.scan import memory_limit
+
+    hog = _with_code(zoo_folder, tmp_path, "hogs", HOG)
+    with pytest.raises(SystemExit) as info:  # one model under a limit: a child of its own, the usual Error/Hint
+        main(["scan", hog, "--trust-remote-code", "--memory-limit", "100MB"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "went over the memory limit" in err and "raise --memory-limit" in err
+    with pytest.raises(SystemExit) as info:
+        main(["scan", hog, "--memory-limit", "lots"])
+    assert info.value.code == 2 and "--memory-limit 'lots' is not a size" in capsys.readouterr().err
+    assert memory_limit("2GiB", 1, fleet=False) == 2 * 2**30 and memory_limit("none", 4, fleet=True) is None
+    assert memory_limit("auto", 1, fleet=False) is None  # one model in this process: no limit unless asked
+    assert 0 < memory_limit("auto", 4, fleet=True) < memory_limit("auto", 1, fleet=True)

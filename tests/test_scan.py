@@ -207,6 +207,50 @@ def test_skip_init_parameters_stay_on_meta():
     assert torch.nn.utils.skip_init(torch.nn.Linear, 4, 4).weight.device.type == "cpu"  # restored
 
 
+def test_code_that_quantizes_itself_is_scanned_without_building_its_weights(zoo_folder, tmp_path, monkeypatch):
+    """int8 weights kept as persistent buffers (made in __init__ on the CPU): the checkpoint holds them, so the scan's
+    reference does not build them (a 7B-shaped model: 7.2 GB and 18 s before, under 1 GB after; benchmarks/bench_scan.py);
+    its non-persistent buffers are still compared. A folder that lacks one of them needs it built."""
+    from loadguard import reference as reference_module
+
+    asked = []
+    build = reference_module.build_reference
+
+    def recording(model, **kwargs):
+        result = build(model, **kwargs)
+        asked.append((kwargs.get("persistent_buffers", True), result))
+        return result
+
+    monkeypatch.setattr(reference_module, "build_reference", recording)
+    folder = tmp_path / "int8"
+    shutil.copytree(zoo_folder("int8_buffers"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_size=512, intermediate_size=4096)  # fc_in, fc_out: 4096 x 512 int8 = 2 MiB each
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").unlink()
+    report = loadguard.scan(folder, trust_remote_code=True)
+    persistent, built = asked[-1]
+    assert persistent is False
+    assert "layers.0.fc_in.weight" not in built.values and "layers.0.fc_in.weight" in built.unverifiable
+    assert "layers.0.fc_in.weight_scale" in built.values  # small ones cost nothing: built as before
+    assert torch.equal(built.values["positions.index"], torch.arange(config["max_position_embeddings"]))
+    expected = {f.tensor: f.status for f in zoo.get("int8_buffers").expected_for(config["num_hidden_layers"])} if IS_V5 else {}
+    assert failing(report) == expected
+
+    full = reference_module.build_reference(zoo.build_model("int8_buffers", hidden_size=512, intermediate_size=4096), use_cache=False)
+    assert torch.equal(full.values["layers.0.fc_in.weight"], torch.zeros(4096, 512, dtype=torch.int8))
+
+    from safetensors.torch import load_file, save_file
+
+    lacking = tmp_path / "lacking"
+    shutil.copytree(zoo_folder("int8_buffers"), lacking)
+    tensors = load_file(lacking / "model.safetensors")
+    del tensors["layers.0.fc_in.weight_scale"]
+    save_file(tensors, lacking / "model.safetensors", metadata={"format": "pt"})
+    loadguard.scan(lacking, trust_remote_code=True, keys="header")
+    assert asked[-1][0] is True  # its value is needed: the reference builds persistent buffers
+
+
 def test_large_tensors_are_created_on_meta_directly():
     from loadguard._transformers import large_tensors_on_meta
 

@@ -3,8 +3,9 @@ has already imported torch, transformers and loadguard.
 
 The child runs one function on one item and exits, so a model's remote code is imported only there and never reaches
 the next item, while an item costs its own work, not another import of torch and transformers (6-8 s). Results come
-back pickled through a pipe. A child that runs past ``timeout`` is killed and one that dies (a segfault, ``os._exit``)
-is reported: both are an :class:`Outcome` with the reason, never a hung or aborted run. Used by scan fleets
+back pickled through a pipe. A child that runs past ``timeout``, or grows past ``memory_limit`` bytes beyond what it
+shared with its parent at the fork, is killed, and one that dies (a segfault, ``os._exit``, the kernel's OOM killer) is
+reported: each is an :class:`Outcome` with the reason, never a hung, swapping or aborted run. Used by scan fleets
 (``loadguard scan A B C``, ``--native``) and by the matrix's per-environment worker (:mod:`loadguard._cells`).
 
 Where ``os.fork`` is not available, :func:`available` says so and callers fall back to fresh interpreters.
@@ -56,6 +57,30 @@ def _child(function: Callable[[Any], Any], item: Any, write: int) -> None:
         os._exit(code)
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_POLL = 0.05  # seconds between two looks at the children's memory
+
+
+def resident(pid: int | str = "self") -> int | None:
+    """Resident bytes of a process (Linux /proc); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def size_text(count: float) -> str:
+    """Bytes as people read them: 512 B, 3.2 MiB, 1.5 GiB."""
+    if count < 1024:
+        return f"{int(count)} B"
+    for unit in ("KiB", "MiB"):
+        count /= 1024
+        if count < 1024:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1024:.1f} GiB"
+
+
 def _describe_exit(status: int) -> str:
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
@@ -67,12 +92,26 @@ def _describe_exit(status: int) -> str:
     return f"the process exited with code {os.WEXITSTATUS(status)} before reporting"
 
 
-def run(function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, timeout: float | None = None) -> list[Outcome]:
-    """``function(item)`` for every item, each in a child of its own, ``jobs`` at a time; outcomes in item order."""
+def run(
+    function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, timeout: float | None = None, memory_limit: int | None = None
+) -> list[Outcome]:
+    """``function(item)`` for every item, each in a child of its own, ``jobs`` at a time; outcomes in item order.
+    ``memory_limit``: bytes a child may add to the resident memory it starts with (the parent's, shared at the fork)."""
     pending = list(enumerate(items))
     outcomes: dict[int, Outcome] = {}
     running: dict[int, tuple[int, int, float, bytearray]] = {}  # read fd -> (index, pid, start, data)
     selector = selectors.DefaultSelector()
+    baseline = resident() if memory_limit else None
+    watch_memory = baseline is not None
+
+    def kill(fd: int, reason: str, now: float) -> None:
+        index, pid, start, _ = running.pop(fd)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        selector.unregister(fd)
+        os.close(fd)
+        outcomes[index] = Outcome(False, error=reason, seconds=now - start)
+
     try:
         while pending or running:
             while pending and len(running) < max(1, jobs):
@@ -87,6 +126,8 @@ def run(function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, 
                 selector.register(read, selectors.EVENT_READ)
             deadline = min((start + timeout for _, _, start, _ in running.values()), default=None) if timeout else None
             wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            if watch_memory:
+                wait = _POLL if wait is None else min(wait, _POLL)
             for key, _ in selector.select(wait):
                 index, pid, start, data = running[key.fd]
                 chunk = os.read(key.fd, 1 << 20)
@@ -103,16 +144,15 @@ def run(function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, 
                     outcomes[index] = Outcome(True, value, seconds=seconds) if ok else Outcome(False, error=value, seconds=seconds)
                 else:
                     outcomes[index] = Outcome(False, error=_describe_exit(status), seconds=seconds)
-            if timeout:
-                now = time.perf_counter()
-                for fd, (index, pid, start, _) in list(running.items()):
-                    if now - start >= timeout:
-                        os.kill(pid, signal.SIGKILL)
-                        os.waitpid(pid, 0)
-                        selector.unregister(fd)
-                        os.close(fd)
-                        del running[fd]
-                        outcomes[index] = Outcome(False, error=f"timed out after {timeout:g} s (killed)", seconds=now - start)
+            now = time.perf_counter()
+            for fd, (index, pid, start, _) in list(running.items()):
+                if timeout and now - start >= timeout:
+                    kill(fd, f"timed out after {timeout:g} s (killed)", now)
+                elif watch_memory:
+                    grown = (resident(pid) or 0) - baseline
+                    if grown > memory_limit:
+                        kill(fd, f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
+                                 f"limit {size_text(memory_limit)} (killed)", now)
     finally:
         for fd, (_, pid, _, _) in running.items():  # interrupted: leave no child behind
             try:
@@ -125,4 +165,4 @@ def run(function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, 
     return [outcomes[index] for index in sorted(outcomes)]
 
 
-__all__ = ["Outcome", "available", "run"]
+__all__ = ["Outcome", "available", "resident", "run", "size_text"]

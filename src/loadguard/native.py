@@ -126,8 +126,9 @@ def _scan_in_child(native: NativeClass) -> dict:
     return scan_class(native)
 
 
-def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.0) -> list[dict]:
-    """Every class in a child forked for it alone, ``jobs`` at a time."""
+def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.0, memory_limit: int | None = None) -> list[dict]:
+    """Every class in a child forked for it alone, ``jobs`` at a time (each stopped past ``timeout`` seconds or
+    ``memory_limit`` bytes added: a row saying so)."""
     from . import _forks
 
     import transformers
@@ -141,8 +142,9 @@ def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.
             pass  # the child says why
     transformers.logging.set_verbosity_error()
     rows = []
-    for native, outcome in zip(natives, _forks.run(_scan_in_child, natives, jobs=jobs, timeout=timeout)):
-        rows.append(outcome.value if outcome.ok else {"model": native.label, "scanned": False, "error": outcome.error, "hint": "", "fixes": []})
+    for native, outcome in zip(natives, _forks.run(_scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit)):
+        hint = _scan_module.OVER_MEMORY_HINT if not outcome.ok and "memory limit" in outcome.error else ""
+        rows.append(outcome.value if outcome.ok else {"model": native.label, "scanned": False, "error": outcome.error, "hint": hint, "fixes": []})
     return rows
 
 

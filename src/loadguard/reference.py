@@ -59,7 +59,29 @@ def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def _construct(model_class: type, config) -> nn.Module:
+_LARGE = 1 << 20  # bytes: a persistent buffer over this is not kept when the caller reads them from the checkpoint
+
+
+@contextmanager
+def _large_persistent_buffers_on_meta() -> Iterator[None]:
+    """Persistent buffers over 1 MiB are registered on meta, the real tensor freed at once: code that quantizes itself
+    keeps its weights as persistent buffers (int8 weights, scales: as large as the model), which a load reads from the
+    checkpoint; building them for real would cost the model's size for values nobody compares."""
+    original = nn.Module.register_buffer
+
+    def register_buffer(self, name, tensor, persistent=True):
+        if persistent and isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and tensor.nbytes > _LARGE:
+            tensor = tensor.to("meta")
+        return original(self, name, tensor, persistent)
+
+    nn.Module.register_buffer = register_buffer
+    try:
+        yield
+    finally:
+        nn.Module.register_buffer = original
+
+
+def _construct(model_class: type, config, persistent_buffers: bool = True) -> nn.Module:
     from accelerate import init_empty_weights
 
     from ._transformers import large_tensors_on_meta, meta_writes_skipped, uninitialized_tensors_on_meta
@@ -68,7 +90,10 @@ def _construct(model_class: type, config) -> nn.Module:
     # meta directly instead, so a 1T-parameter model's reference allocates nothing for them (fused experts of
     # 25-77 GB would fail to allocate); initializing meta parameters does nothing, so it is skipped
     with init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped():
-        return model_class(copy.deepcopy(config))
+        if persistent_buffers:
+            return model_class(copy.deepcopy(config))
+        with _large_persistent_buffers_on_meta():
+            return model_class(copy.deepcopy(config))
 
 
 def _buffers(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -90,13 +115,15 @@ def _model_dtype(model: nn.Module) -> torch.dtype | None:
     return None
 
 
-def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: bool = True) -> Reference:
+def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: bool = True, persistent_buffers: bool = True) -> Reference:
     """Build (or take from the cache) the reference of ``model``'s buffers.
 
     Constructs ``type(model)(model.config)`` with parameters on meta and buffers real, under the
     model's floating dtype as default dtype, exactly as ``from_pretrained`` constructs it. With
     ``detect_random``, a construction that draws random numbers is repeated under another seed: buffers
     that differ are drawn from random numbers and marked unverifiable. The caller's RNG state is left untouched.
+    ``persistent_buffers=False``: persistent buffers over 1 MiB are not built (meta, no value), for a caller that
+    compares only non-persistent ones (a scan whose checkpoint holds every persistent buffer).
 
     Raises :class:`loadguard.errors.ReferenceBuildError` if the class cannot be constructed.
 
@@ -116,7 +143,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             "pass reference=None to audit without it, or audit a transformers PreTrainedModel",
         )
     dtype = _model_dtype(model)
-    key = (model_class, config_fingerprint(config), dtype, detect_random)
+    key = (model_class, config_fingerprint(config), dtype, detect_random, persistent_buffers)
     if use_cache:
         with _cache_lock:
             if key in _cache:
@@ -134,7 +161,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.activate(names, folder, (_config.local_config(folder) or {}) if names else {}):
                 torch.manual_seed(0x10AD)
                 seeded = torch.random.get_rng_state()
-                first = _construct(model_class, config)
+                first = _construct(model_class, config, persistent_buffers)
                 values, aliases = _buffers(first)
                 second_values: dict[str, torch.Tensor] = {}
                 # only a construction that drew random numbers can have random buffers: build a second time
@@ -142,7 +169,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
                 drew_random = not torch.equal(seeded, torch.random.get_rng_state())
                 if detect_random and values and drew_random:
                     torch.manual_seed(0x6A4D)
-                    second_values, _ = _buffers(_construct(model_class, config))
+                    second_values, _ = _buffers(_construct(model_class, config, persistent_buffers))
             break
         except Exception as error:  # the model's own code failed
             # code written for an older transformers may need the workarounds its load needed: apply the ones
@@ -161,7 +188,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
     kept: dict[str, torch.Tensor] = {}
     for name, value in values.items():
         if value.device.type == "meta":
-            unverifiable[name] = "its value is derived from parameters (meta in the reference build)"
+            unverifiable[name] = "its value is derived from parameters or checkpoint-loaded buffers (meta in the reference build)"
         elif name in second_values and not _same(value, second_values[name]):
             unverifiable[name] = "its value is drawn from random numbers (differs between two builds)"
         else:

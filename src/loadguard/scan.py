@@ -181,8 +181,11 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     findings += meta_findings
     summaries.append(summary)
     on_meta = {f.tensor for f in meta_findings}
+    # the checkpoint holds every persistent buffer: their values (int8 weights of code that quantizes itself: the
+    # model's size) are not built
+    every_persistent_loaded = all(e.name in loaded for e in inventory.state_entries if e.kind == "buffer")
     try:
-        reference, reason = build_reference(model), ""
+        reference, reason = build_reference(model, persistent_buffers=not every_persistent_loaded), ""
     except LoadguardError as error:
         reference, reason = None, error.message
     seconds["reference"] = time.perf_counter() - start
@@ -289,4 +292,7 @@ def _config_dtype(config) -> torch.dtype | None:
     return None
 
 
-__all__ = ["KEYS", "scan"]
+OVER_MEMORY_HINT = ("the model's code allocates this much while a weightless load builds it (on the CPU, outside the meta "
+                    "device): audit a full load instead (loadguard audit), or raise --memory-limit")
+
+__all__ = ["KEYS", "OVER_MEMORY_HINT", "scan"]

@@ -3,7 +3,7 @@
 A fleet (several models, or ``--from FILE``) runs each model in a child forked for it alone from this process, which
 has imported torch, transformers and loadguard once (:mod:`loadguard._forks`, the pool the matrix uses too), so one
 model's remote code cannot leak into the next and a model costs its scan, not another import; ``--jobs`` at a time,
-``--timeout`` per model.
+``--timeout`` and ``--memory-limit`` per model.
 """
 
 from __future__ import annotations
@@ -57,11 +57,40 @@ def _scan_in_child(item: tuple[str, dict]) -> dict:
 DEFAULT_TIMEOUT = 900.0
 
 
-def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT) -> list[dict]:
+def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
+    """``--memory-limit``: bytes one model's scan may add to the process it is forked from. ``auto``: in a fleet, 80% of
+    this machine's memory shared among the ``jobs`` running at once (a fleet never swaps the machine to death); one
+    model, in this process: none. ``none``: no limit."""
+    from ..errors import InvalidOptionError
+
+    value = text.strip().lower()
+    if value == "none":
+        return None
+    if value == "auto":
+        if not fleet or not hasattr(os, "sysconf"):
+            return None
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return None
+        return int(total * 0.8 / max(1, jobs))
+    from accelerate.utils import convert_file_size_to_int
+
+    try:
+        size = convert_file_size_to_int(text.strip())
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise InvalidOptionError(f"--memory-limit {text!r} is not a size", "e.g. --memory-limit 4GB (or 2GiB, 512MB; auto; none)")
+    return size
+
+
+def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None) -> list[dict]:
     """Each target in a child forked for it alone from this process, which imports torch, transformers and loadguard
-    once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout`` or dies is a row saying
-    so. Where fork is not available: fresh interpreters. Results in the order of ``targets``."""
+    once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout``, grows past ``limit`` bytes
+    or dies is a row saying so. Where fork is not available: fresh interpreters. Results in the order of ``targets``."""
     from .. import _forks
+    from ..scan import OVER_MEMORY_HINT
 
     if not _forks.available():
         return scan_fleet_spawned(targets, options, jobs)
@@ -71,14 +100,14 @@ def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | No
 
     from .. import scan as _scan_module  # noqa: F401
 
-    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout)
+    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit)
     rows = []
     for target, outcome in zip(targets, outcomes):
         if outcome.ok:
             rows.append(outcome.value)
         else:
-            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}",
-                         "hint": "scan it alone to see why (LOADGUARD_DEBUG=1); --timeout sets the limit per model", "fixes": []})
+            hint = OVER_MEMORY_HINT if "memory limit" in outcome.error else "scan it alone to see why (LOADGUARD_DEBUG=1); --timeout sets the limit per model"
+            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": []})
     return rows
 
 
@@ -154,13 +183,16 @@ def _markdown(rows: list[dict]) -> str:
               help="json: one JSON document per model per line.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a child process of its own).")
 @click.option("--timeout", type=click.FloatRange(1, None), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds one model's scan may take in a fleet (then it is a row saying so).")
+@click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
+              help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
+                   "shared among --jobs in a fleet, none for one model.")
 @click.option("--native", is_flag=True, help="Scan every model class the installed transformers registers in its auto mappings (no PATH).")
 @click.option("--match", default=None, metavar="GLOB", help="With --native: only classes or model types matching (e.g. '*ForCausalLM', 'llama*').")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
 @click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="As from_pretrained's; a scan predicts a load on one device (offloading is not simulated).")
 @click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
 @click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, native, match, tasks, device_map, max_memory, offload_folder):
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -171,8 +203,10 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     from ._common import parse_placement
 
     if native:
-        return _native(paths or from_file, match, tasks, fmt, jobs, timeout)
+        return _native(paths or from_file, match, tasks, fmt, jobs, timeout, memory_limit(memory, jobs, fleet=True))
     targets = _targets(paths, from_file)
+    fleet = len(targets) > 1 or bool(from_file)
+    limit = memory_limit(memory, jobs, fleet)
     placement = parse_placement(device_map, max_memory, offload_folder)
     options = {
         "placement": placement,
@@ -183,10 +217,10 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         "workarounds": list(workarounds),
         "workaround_files": [str(Path(f).resolve()) for f in workarounds_from],
     }
-    if len(targets) == 1 and not from_file:
+    if not fleet and limit is None:
         rows = [_result(targets[0], options)]
-    else:
-        rows = scan_fleet(targets, options, jobs, timeout)
+    else:  # one model under a memory limit too: a child of its own, which the limit can stop
+        rows = scan_fleet(targets, options, jobs, timeout, limit)
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
         for row in rows:
@@ -239,7 +273,7 @@ def print_scan(row: dict) -> None:
         out.print(workaround_line(outcome), highlight=False, soft_wrap=True)
 
 
-def _native(extra, match, tasks, fmt, jobs, timeout) -> int:
+def _native(extra, match, tasks, fmt, jobs, timeout, limit) -> int:
     """``--native``: every auto-mapped class of the installed transformers, a row each."""
     import time
 
@@ -253,7 +287,7 @@ def _native(extra, match, tasks, fmt, jobs, timeout) -> int:
     if not natives:
         raise InvalidOptionError(f"no auto-mapped class matches {match or tasks!r}", "widen --match / --tasks (globs)")
     start = time.perf_counter()
-    rows = native_module.scan_all(natives, jobs=jobs, timeout=timeout)
+    rows = native_module.scan_all(natives, jobs=jobs, timeout=timeout, memory_limit=limit)
     seconds = time.perf_counter() - start
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":

@@ -81,6 +81,7 @@ _FAMILIES = {
     "lgv4attrs": _toy_variant("lgv4attrs", "LgV4AttrsConfig", "LgV4AttrsForCausalLM"),
     "lgv4names": _toy_variant("lgv4names", "LgV4NamesConfig", "LgV4NamesForCausalLM"),
     "lgdevice": _toy_variant("lgdevice", "LgDeviceConfig", "LgDeviceForCausalLM"),
+    "lgint8": _toy_variant("lgint8", "LgInt8Config", "LgInt8ForCausalLM"),
 }
 # Seed 47 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.7) on its demo prompts and the
 # example suite's (sliced images included), all of which change when pos_embed is corrupted (zeros, noise,

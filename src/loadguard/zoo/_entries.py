@@ -297,6 +297,15 @@ ENTRIES: dict[str, ZooEntry] = {
             expected=_TOY_NP,
         ),
         ZooEntry(
+            "int8_buffers",
+            "lgint8",
+            "(a) an int8 checkpoint whose remote code quantizes itself (CodeGen/ChatGLM-era): int8 weights and scales "
+            "are persistent buffers made in __init__ on the CPU, whatever device a loader asks for; its buffers are not "
+            "rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+        ),
+        ZooEntry(
             "v4_tied_list",
             "lgv4s2s",
             "(a) an encoder-decoder written for transformers 4.x, T5-style: encoder and decoder embedding tables tied to "
