@@ -3,7 +3,9 @@ flake from a deterministic bug: pass rate, distinct outcomes, a fingerprint per 
 
 Each run is a new interpreter, so every model load gets fresh memory, as separate CI runs do; repeating
 inside one process (pytest-repeat) would hand later loads the memory freed by earlier ones and hide or
-fake the variation this command exists to measure. ``--jobs J`` runs J of them at once through
+fake the variation this command exists to measure. Nor are runs forked from one pre-imported parent, as scan fleets
+are: every child inherits the same heap, so ``torch.empty`` hands each the same leftover bytes (measured: four forked
+children, one hash of a fresh 4 MB ``torch.empty``; four fresh interpreters, four hashes). ``--jobs J`` runs J of them at once through
 pytest-xdist (``-n J --dist each``: J fresh worker processes, each running every selected test once).
 """
 
