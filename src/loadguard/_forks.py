@@ -13,6 +13,7 @@ Where ``os.fork`` is not available, :func:`available` says so and callers fall b
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import selectors
@@ -117,10 +118,14 @@ def run(
             while pending and len(running) < max(1, jobs):
                 index, item = pending.pop(0)
                 read, write = os.pipe()
+                # what the child inherits is frozen out of its garbage collector: a collection there would otherwise
+                # walk (and so copy, page by page) the whole inherited heap, every imported model module included
+                gc.freeze()
                 pid = os.fork()
                 if pid == 0:  # the child
                     os.close(read)
                     _child(function, item, write)
+                gc.unfreeze()
                 os.close(write)
                 running[read] = (index, pid, time.perf_counter(), bytearray())
                 selector.register(read, selectors.EVENT_READ)
