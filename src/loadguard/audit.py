@@ -19,7 +19,7 @@ from .checks import Check
 from .errors import LoadguardError
 from ._pages import PageOracle
 from .inventory import Inventory
-from .reference import Reference, build_reference
+from .reference import Reference, build_reference, persistent_buffers_needed
 from .report import AuditReport, CheckSummary, Finding
 
 
@@ -239,8 +239,8 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
     # non-persistent buffers (and tensor attributes) against the reference; persistent buffers only where the
     # checkpoint lacks one (their values then matter: missing keys, repair)
     start = time.perf_counter()
-    every_persistent_in_checkpoint = key_map is not None and all(e.name in key_map.to_checkpoint for e in inventory.state_entries if e.kind == "buffer")
-    ref, ref_reason = _resolve_reference(model, reference, persistent_buffers=not every_persistent_in_checkpoint)
+    persistent = key_map is None or persistent_buffers_needed(inventory, key_map.to_checkpoint)
+    ref, ref_reason = _resolve_reference(model, reference, persistent_buffers=persistent)
     seconds["reference"] = time.perf_counter() - start
     start = time.perf_counter()
     np_findings, summary = computed_state(inventory, ref, ref_reason, on_meta, value)

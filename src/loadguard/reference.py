@@ -8,6 +8,7 @@ and ``post_init`` compute them, at the cost of building the buffers only. It is 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections import OrderedDict
@@ -89,11 +90,15 @@ def _construct(model_class: type, config, persistent_buffers: bool = True) -> nn
     # accelerate creates each parameter on CPU before moving it to meta: parameters (torch.empty) are created on
     # meta directly instead, so a 1T-parameter model's reference allocates nothing for them (fused experts of
     # 25-77 GB would fail to allocate); initializing meta parameters does nothing, so it is skipped
-    with init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped():
-        if persistent_buffers:
-            return model_class(copy.deepcopy(config))
-        with _large_persistent_buffers_on_meta():
-            return model_class(copy.deepcopy(config))
+    persistent = contextlib.nullcontext() if persistent_buffers else _large_persistent_buffers_on_meta()
+    with init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped(), persistent:
+        return model_class(copy.deepcopy(config))
+
+
+def persistent_buffers_needed(inventory: Inventory, held) -> bool:
+    """Whether a reference must build the model's persistent buffers: one of them is not in ``held`` (the names the
+    checkpoint gives a value), so its value matters (the missing-key check, repair)."""
+    return any(e.name not in held for e in inventory.state_entries if e.kind == "buffer")
 
 
 def _buffers(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

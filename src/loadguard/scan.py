@@ -41,7 +41,7 @@ from ._transformers import (
     weightless_state_dict,
 )
 from . import ties as tie_module
-from .audit import _summary, computed_state, meta_leftovers, tied_weights, versions
+from .audit import _resolve_reference, _summary, computed_state, meta_leftovers, tied_weights, versions
 from .checks import Check
 from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ScanError
 from .inventory import Inventory
@@ -170,7 +170,7 @@ def scan(
 
 
 def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, seconds: dict[str, float], quantized: str | None = None) -> AuditReport:
-    from .reference import build_reference
+    from .reference import persistent_buffers_needed
 
     start = time.perf_counter()
     inventory = Inventory(model)
@@ -181,13 +181,9 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     findings += meta_findings
     summaries.append(summary)
     on_meta = {f.tensor for f in meta_findings}
-    # the checkpoint holds every persistent buffer: their values (int8 weights of code that quantizes itself: the
-    # model's size) are not built
-    every_persistent_loaded = all(e.name in loaded for e in inventory.state_entries if e.kind == "buffer")
-    try:
-        reference, reason = build_reference(model, persistent_buffers=not every_persistent_loaded), ""
-    except LoadguardError as error:
-        reference, reason = None, error.message
+    # where the checkpoint holds every persistent buffer, their values (int8 weights of code that quantizes itself:
+    # the model's size) are not built
+    reference, reason = _resolve_reference(model, "auto", persistent_buffers=persistent_buffers_needed(inventory, loaded))
     seconds["reference"] = time.perf_counter() - start
     start = time.perf_counter()
     state_findings, summary = computed_state(inventory, reference, reason, on_meta)
