@@ -80,7 +80,7 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
             continue
         try:
             owner = module.get_submodule(target.rsplit(".", 1)[0])
-        except (AttributeError, Exception):
+        except Exception:  # a name the module does not have, or its own code raising
             continue
         if isinstance(owner, nn.Embedding) or tie_words:
             if dot + target != source_name:

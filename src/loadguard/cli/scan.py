@@ -61,13 +61,15 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
     """``--memory-limit``: bytes one model's scan may add to the process it is forked from. ``auto``: in a fleet, 80% of
     this machine's memory shared among the ``jobs`` running at once (a fleet never swaps the machine to death); one
     model, in this process: none. ``none``: no limit."""
+    from .._forks import resident
     from ..errors import InvalidOptionError
 
     value = text.strip().lower()
     if value == "none":
         return None
+    measurable = resident() is not None  # a child's resident memory is read from /proc (Linux)
     if value == "auto":
-        if not fleet or not hasattr(os, "sysconf"):
+        if not fleet or not measurable or not hasattr(os, "sysconf"):
             return None
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -82,6 +84,8 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
         size = 0
     if size <= 0:
         raise InvalidOptionError(f"--memory-limit {text!r} is not a size", "e.g. --memory-limit 4GB (or 2GiB, 512MB; auto; none)")
+    if not measurable:
+        raise InvalidOptionError("--memory-limit needs /proc to read a scan's memory, which this system lacks", "leave it out (--memory-limit none)")
     return size
 
 
