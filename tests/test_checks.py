@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from loadguard import checks
+from loadguard._replay import Replay
 from loadguard.inventory import TensorEntry
 
 
@@ -111,9 +112,31 @@ def test_failing_statuses():
 def test_a_missing_key_transformers_reports_and_initialized_is_initialized_never_failing():
     value = torch.randn(4, 4)
     finding = checks.check_missing_key(entry(value, kind="parameter", persistent=True), value, None, reported=True)
-    assert finding.status == "initialized" and not finding.failing and "as transformers reports (missing_keys)" in finding.detail
+    assert finding.status == "initialized" and not finding.failing and "as transformers reports it newly initialized (missing_keys); not replayed" in finding.detail
     # without transformers' word for it, the same tensor stays unverifiable (not initialized by request)
     assert checks.check_missing_key(entry(value, kind="parameter", persistent=True), value, None).status == "unverifiable"
+
+
+def test_initialized_is_what_a_replay_saw_written_not_what_transformers_says():
+    value = torch.randn(4, 4)
+    e = entry(value, name="head.weight", kind="parameter", persistent=True)
+    seen = Replay(written={"head.weight": "modeling_x.py:12 (_init_weights)"}, ran=("head",))
+    finding = checks.check_missing_key(e, value, None, reported=True, replay=seen)
+    assert finding.status == "initialized" and "written by weight initialization at modeling_x.py:12 (_init_weights)" in finding.detail
+    # reported as initialized, but the replay saw nothing write it: leftover memory that looks like values
+    unseen = Replay(ran=("head", "Model"))
+    finding = checks.check_missing_key(e, value, None, reported=True, replay=unseen)
+    assert finding.status == "uninitialized" and finding.failing
+    assert "transformers reports it newly initialized (missing_keys), but nothing wrote it" in finding.detail
+    # without loading info, what the replay saw decides alone
+    assert checks.check_missing_key(e, value, None, replay=seen).status == "initialized"
+    assert checks.check_missing_key(e, value, None, replay=unseen).status == "uninitialized"
+    # a replay that could not finish proves nothing either way: unverifiable, with why
+    broken = Replay(ran=("head",), error="RuntimeError: boom")
+    finding = checks.check_missing_key(e, value, None, reported=True, replay=broken)
+    assert finding.status == "unverifiable" and "RuntimeError: boom" in finding.detail
+    # a replaced tensor counts as written
+    assert checks.check_missing_key(e, value, None, replay=Replay(replaced=frozenset({"head.weight"}))).status == "initialized"
 
 
 def test_a_reported_missing_key_left_as_leftover_memory_still_fails():
@@ -126,6 +149,11 @@ def test_a_size_mismatch_ignored_on_request_is_initialized():
     loaded, stored = torch.randn(5, 4), torch.randn(2, 4)
     finding = checks.check_checkpoint_fidelity(entry(loaded, name="score.weight", kind="parameter", persistent=True), loaded, stored, "score.weight", resized=True)
     assert finding.status == "initialized" and not finding.failing and "ignore_mismatched_sizes" in finding.detail and "(2, 4)" in finding.detail
+    # re-initialized on request only if something re-initialized it
+    e = entry(loaded, name="score.weight", kind="parameter", persistent=True)
+    assert checks.check_checkpoint_fidelity(e, loaded, stored, "score.weight", resized=True, replay=Replay(ran=("score",))).status == "uninitialized"
+    seen = Replay(written={"score.weight": ""})
+    assert checks.check_checkpoint_fidelity(e, loaded, stored, "score.weight", resized=True, replay=seen).status == "initialized"
     poisoned = torch.full((5, 4), float("nan"))
     assert checks.check_checkpoint_fidelity(entry(poisoned, kind="parameter", persistent=True), poisoned, stored, "k", resized=True).status == "uninitialized"
     # a shape that differs with no request behind it is a mismatch

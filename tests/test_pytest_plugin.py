@@ -348,3 +348,29 @@ def test_done_when_twenty_runs(suite, capsys):
     document = json.loads(capsys.readouterr().out)
     assert info.value.code == 0
     assert all(t["passed"] == 20 and t["distinct_outcomes"] == 1 for t in document["tests"].values())
+
+
+@needs_v5
+def test_without_poison_a_missing_scalar_transformers_calls_initialized_fails(pytester):
+    """transformers' loading info lists logit_scale as newly initialized; nothing initializes it. Without
+    --loadguard-poison its leftover memory can look like a value: the verdict must come from what initialization did."""
+    pytester.makepyfile(
+        """
+        import torch
+        from loadguard import zoo
+
+        def test_missing_scalar(tmp_path, loadguard_report):
+            from transformers import AutoModelForCausalLM
+            model, info = AutoModelForCausalLM.from_pretrained(zoo.build("missing_key", tmp_path / "m"), trust_remote_code=True, output_loading_info=True)
+            assert "logit_scale" in info["missing_keys"]
+
+        def test_clean_loads_pass(tmp_path, loadguard_report):
+            from transformers import AutoModelForCausalLM
+            AutoModelForCausalLM.from_pretrained(zoo.build("clean", tmp_path / "m"), trust_remote_code=True)
+            assert loadguard_report[0].ok
+        """
+    )
+    result = pytester.runpytest_subprocess("--loadguard=fail", "-rN", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "logit_scale (uninitialized)" in out

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ._writes import InitWrites, _storage, _WriteRecorder
 from .errors import ScanError
 
 class Weightless(torch.Tensor):
@@ -114,13 +113,6 @@ def complete_keys_from_the_model() -> Iterator[bool]:
         PreTrainedModel._load_pretrained_model = descriptor
 
 
-def _storage(tensor: torch.Tensor) -> int | None:
-    try:
-        return tensor.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
 def loaded_tensors(model: torch.nn.Module) -> dict[str, int]:
     """Names of the model's parameters and buffers that hold a :class:`Weightless` (loaded by the scan), with
     their storage."""
@@ -129,38 +121,6 @@ def loaded_tensors(model: torch.nn.Module) -> dict[str, int]:
         if isinstance(tensor, Weightless):
             out[name] = _storage(tensor)
     return out
-
-
-@dataclass
-class InitWrites:
-    """What ``_initialize_missing_keys`` did to tensors already loaded: ops written into each, and the names
-    whose tensor it replaced with another."""
-
-    writes: dict[str, list[str]] = field(default_factory=dict)
-    replaced: set[str] = field(default_factory=set)
-    ran: bool = False
-    where: dict[str, str] = field(default_factory=dict)
-    """For each written name, the line of model code that wrote it first (``modeling_zaya.py:671``)."""
-
-    def note(self, name: str, op: str) -> None:
-        self.writes.setdefault(name, []).append(op)
-        if name not in self.where:
-            location = _model_code_line()
-            if location:
-                self.where[name] = location
-
-
-def _model_code_line() -> str:
-    """The innermost frame of model code (a transformers model module, or remote code) on the current stack."""
-    import sys
-
-    frame = sys._getframe(2)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if "/transformers/models/" in filename or "transformers_modules" in filename:
-            return f"{filename.rsplit('/', 1)[-1]}:{frame.f_lineno} ({frame.f_code.co_name})"
-        frame = frame.f_back
-    return ""
 
 
 # In-place ops that only write values: on a meta tensor they are no-ops (shape checks aside).
@@ -217,23 +177,6 @@ def constructing_with_meta_writes_skipped(cls: type) -> Iterator[None]:
             del cls.__init__
         else:
             cls.__init__ = original
-
-
-class _WriteRecorder(TorchDispatchMode):
-    def __init__(self, watched: dict[int, list[str]], record: InitWrites):
-        super().__init__()
-        self.watched, self.record = watched, record
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        for index, argument in enumerate(func._schema.arguments):
-            if argument.alias_info is None or not argument.alias_info.is_write:
-                continue
-            value = args[index] if index < len(args) else kwargs.get(argument.name)
-            if isinstance(value, torch.Tensor):
-                for name in self.watched.get(_storage(value), ()):
-                    self.record.note(name, func._schema.name.split("::")[-1])
-        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from .checkpoint import Checkpoint, KeyMap, map_keys
 from .checks import Check
 from .errors import LoadguardError
 from ._pages import PageOracle
+from ._replay import Replay, initialization, ran_initialization
 from .inventory import Inventory
 from .reference import Reference, build_reference, persistent_buffers_needed
 from .report import AuditReport, CheckSummary, Finding
@@ -182,6 +183,19 @@ def tied_weights(inventory: Inventory, ties, value: Callable[[str], torch.Tensor
     return found
 
 
+def _is_missing(name: str, key_map: KeyMap, tie_targets: set[str]) -> bool:
+    """A state-dict tensor the checkpoint lacks (not built from other keys, not decided by a tie)."""
+    return name not in key_map.to_checkpoint and name not in key_map.fused and name not in tie_targets
+
+
+def _replay_initialization(model: nn.Module, names: list[str]) -> Replay | None:
+    """What transformers' init pass wrote of ``names`` (tensors it should have initialized), replayed with every write
+    held back; None when that pass never ran on this model (not loaded by ``from_pretrained``) or nothing is asked."""
+    if not names or not ran_initialization(model):
+        return None
+    return initialization(model, names)
+
+
 def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", loading_info: Any = None) -> AuditReport:
     """Say which tensors of ``model`` are not what its code and its checkpoint define.
 
@@ -195,7 +209,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
             :class:`loadguard.reference.Reference`.
         loading_info: what transformers reported about the load (the dict ``output_loading_info=True`` returns, or a
             :class:`loadguard.loading_info.LoadingInfo`); default: what loadguard kept on the model when it loaded it.
-            Tensors it reports missing or size-mismatched on request, holding real values, are ``initialized``.
+            It is evidence, not a verdict: a tensor it reports missing or size-mismatched on request is ``initialized``
+            only when a replay of transformers' weight initialization (every write held back) writes it, and
+            ``uninitialized`` when nothing does.
 
     Checks: ``non_persistent_buffer`` (every alias against the reference), ``checkpoint_fidelity``
     (every state-dict tensor the checkpoint holds, exact after the dtype cast), ``missing_key``
@@ -261,6 +277,12 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
         missing: list[Finding] = []
         pages = PageOracle()
         proven = 0
+        # a tensor transformers flagged as loaded came from keys this map could not follow: not replayed
+        replay = _replay_initialization(model, [
+            e.name for e in state_entries
+            if (_is_missing(e.name, key_map, tie_targets) or e.name in info.mismatched)
+            and not getattr(inventory.tensor(e.name), "_is_hf_initialized", False)
+        ])
         with torch.no_grad():
             for entry in state_entries:
                 key = key_map.to_checkpoint.get(entry.name)
@@ -274,7 +296,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
                     if _untouched(pages, ckpt, key, loaded):
                         proven += 1  # the very bytes of the file, never written since: equal without reading
                         continue
-                    finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key, resized=entry.name in info.mismatched)
+                    finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key, resized=entry.name in info.mismatched, replay=replay)
                     ckpt.release(key)  # one tensor of the file resident at a time
                     if finding is not None:
                         fidelity.append(finding)
@@ -282,7 +304,8 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
                     fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
                 elif entry.name not in tie_targets:
                     reference_value = ref.values.get(entry.name) if ref is not None else None
-                    missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing))
+                    flagged = getattr(loaded, "_is_hf_initialized", False)
+                    missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing, replay=None if flagged else replay))
         pages.close()
         findings += fidelity + missing
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)

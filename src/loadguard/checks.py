@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ._replay import Replay
 from .inventory import TensorEntry
 from .report import Finding, finite_or_none
 from ._equality import equal_after_cast
@@ -146,23 +147,24 @@ def check_non_persistent_buffer(
     return _finding(entry, Check.NON_PERSISTENT_BUFFER, status, detail, max_abs_diff(loaded, expected))
 
 
-def check_checkpoint_fidelity(entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str, resized: bool = False) -> Finding | None:
+def check_checkpoint_fidelity(
+    entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str, resized: bool = False, replay: Replay | None = None
+) -> Finding | None:
     """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality. The common
     case (equal) streams: see :func:`equal_after_cast`; only a tensor that differs is looked at in full.
 
     ``resized``: transformers reports this tensor among its ``mismatched_keys`` (a size mismatch the load was asked
     to ignore, ``ignore_mismatched_sizes=True``): then a shape that differs from the checkpoint's is the request,
-    and the tensor is ``initialized`` unless its values are leftover memory."""
+    and the tensor is ``initialized`` if weight initialization was seen writing it (``replay``, see
+    :func:`_initialized`), ``uninitialized`` when its values are leftover memory or nothing wrote it."""
     if tuple(stored.shape) != tuple(loaded.shape):
         if resized:
             reason = garbage(loaded)
             if reason:
                 return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.UNINITIALIZED, f"size mismatch ignored on request, then never initialized: {reason}")
-            return _finding(
-                entry, Check.CHECKPOINT_FIDELITY, Status.INITIALIZED,
-                f"size mismatch ignored on request (ignore_mismatched_sizes): checkpoint {key!r} has {tuple(stored.shape)}, the model "
-                f"{tuple(loaded.shape)}; initialized by the model's code, as transformers reports (mismatched_keys)",
-            )
+            what = (f"size mismatch ignored on request (ignore_mismatched_sizes): checkpoint {key!r} has {tuple(stored.shape)}, the model "
+                    f"{tuple(loaded.shape)}")
+            return _initialized(entry, Check.CHECKPOINT_FIDELITY, what, "mismatched_keys", replay)
         return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.MISMATCH, f"shape {tuple(loaded.shape)}, checkpoint {key!r} has {tuple(stored.shape)}")
     if equal_after_cast(loaded, stored):
         return None
@@ -256,11 +258,53 @@ def check_tie(entry: TensorEntry, loaded: torch.Tensor, source: str, source_valu
     )
 
 
-def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None, reported: bool = False) -> Finding:
+def _initialized(entry: TensorEntry, check: Check, what: str, reported_as: str | None, replay: Replay | None) -> Finding:
+    """A tensor the load did not fill from the checkpoint (``what``) and whose values look real: ``initialized`` only
+    when weight initialization was seen writing it.
+
+    ``replay``: transformers' own init pass replayed on the loaded model with every write held back
+    (:mod:`loadguard._replay`), given when that pass ran on the load, so the tensor went through ``empty_like``
+    first. It wrote the tensor: ``initialized``, with the line that wrote it. It did not: ``uninitialized`` (whatever
+    transformers' loading info says: ``reported_as`` names the list that calls it newly initialized). It could not
+    finish: ``unverifiable``, with why. No replay (a model that was not loaded by ``from_pretrained``): transformers'
+    report is the only evidence, and the finding says so."""
+    claim = f"transformers reports it newly initialized ({reported_as})" if reported_as else ""
+    if replay is None:
+        if reported_as:
+            return _finding(entry, check, Status.INITIALIZED, f"{what}: initialized by the model's code, as {claim}; not replayed")
+        return _finding(
+            entry, check, Status.UNVERIFIABLE,
+            f"{what}: initialized by code, not loaded; no NaN/Inf/INT_MAX found "
+            "(load under loadguard.poison() so leftover memory cannot pass for a value)",
+        )
+    if replay.wrote(entry.name):
+        where = replay.written.get(entry.name) or ""
+        how = "replaced by" if entry.name in replay.replaced else "written by"
+        at = f" at {where}" if where else ""
+        return _finding(entry, check, Status.INITIALIZED, f"{what}: {how} weight initialization{at} (seen in a replay){'; ' + claim if claim else ''}")
+    if replay.error:
+        return _finding(
+            entry, check, Status.UNVERIFIABLE,
+            f"{what}: {claim or 'not loaded'}, but replaying weight initialization failed ({replay.error}): whether anything "
+            "wrote it is not known (load under loadguard.poison() to make leftover memory NaN)",
+        )
+    ran = ", ".join(replay.ran[:3]) + (", ..." if len(replay.ran) > 3 else "")
+    said = f"{claim}, but nothing wrote it" if claim else "nothing wrote it"
+    return _finding(
+        entry, check, Status.UNINITIALIZED,
+        f"{what}: {said}: weight initialization ({ran}) has no branch for it, so it holds the memory the load gave it "
+        "(torch.empty_like), not a value",
+    )
+
+
+def check_missing_key(
+    entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None, reported: bool = False, replay: Replay | None = None
+) -> Finding:
     """A state-dict tensor the checkpoint does not hold: initialized by code, not loaded.
 
     ``reported``: transformers lists it among the load's ``missing_keys`` (a head loaded from a base checkpoint, a
-    parameter added since): with a real value it is ``initialized``, never failing; leftover memory still fails."""
+    parameter added since). With real-looking values it is ``initialized`` when weight initialization was seen
+    writing it (``replay``: see :func:`_initialized`), ``uninitialized`` when nothing did; leftover memory fails."""
     if reference is not None:
         expected = reference.to(device=loaded.device, dtype=loaded.dtype)
         if expected.shape == loaded.shape and matches(loaded, expected):
@@ -271,15 +315,4 @@ def check_missing_key(entry: TensorEntry, loaded: torch.Tensor, reference: torch
     reason = garbage(loaded)
     if reason:
         return _finding(entry, Check.MISSING_KEY, Status.UNINITIALIZED, f"not in the checkpoint and never initialized: {reason}")
-    if reported:
-        return _finding(
-            entry, Check.MISSING_KEY, Status.INITIALIZED,
-            "missing from the checkpoint: initialized by the model's _init_weights, as transformers reports (missing_keys)",
-        )
-    return _finding(
-        entry,
-        Check.MISSING_KEY,
-        Status.UNVERIFIABLE,
-        "initialized by code, not loaded: not in the checkpoint; no NaN/Inf/INT_MAX found "
-        "(load under loadguard.poison() so leftover memory cannot pass for a value)",
-    )
+    return _initialized(entry, Check.MISSING_KEY, "missing from the checkpoint", "missing_keys" if reported else None, replay)

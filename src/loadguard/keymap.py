@@ -53,8 +53,12 @@ def map_keys(model: torch.nn.Module, checkpoint: Checkpoint, model_names: list[s
         fused_names = next((names for names in (convert(target) for convert in converters) if names is not None), None)
         if fused_names is not None:
             for name in fused_names:
-                if name in wanted:
-                    fused.setdefault(name, key)
+                forms = [name]
+                if prefix:  # a base model loaded from a head checkpoint, or the other way round
+                    forms += [name[len(prefix) + 1 :]] if name.startswith(prefix + ".") else [f"{prefix}.{name}"]
+                match = next((form for form in forms if form in wanted), None)
+                if match is not None:
+                    fused.setdefault(match, key)
             continue
         unexpected.append(key)
     for name in fused:
