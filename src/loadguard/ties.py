@@ -34,19 +34,28 @@ def _own(module: nn.Module, name: str):
 
 
 def declared(model: nn.Module) -> list[Tie]:
-    """Every tie ``model`` (and its sub-models) declares, with names as the model's own ``named_parameters``."""
+    """Every tie the running transformers applied to ``model`` (and code written for transformers 4 would have
+    applied under the same config), with names as the model's own ``named_parameters``.
+
+    transformers 5: the ``all_tied_weights_keys`` of the outermost ``PreTrainedModel``. It gathers its sub-models' ties
+    as their own configs enable them, and a load drops from it a tie it declines (the checkpoint holds both tensors with
+    different values); a nested model's own mapping keeps such a tie, so it is not read when an outer one exists.
+    transformers 4 (a list-style ``_tied_weights_keys``): see :func:`_v4_list`."""
     try:
         from transformers import PreTrainedModel
     except ImportError:  # pragma: no cover - loadguard requires transformers
         return []
     ties: dict[str, Tie] = {}
+    mapped: list[str] = []  # prefixes of models whose mapping covers their whole subtree
     for prefix, module in model.named_modules():
         if not isinstance(module, PreTrainedModel):
             continue
         dot = f"{prefix}." if prefix else ""
         listed = _own(module, "_tied_weights_keys")
         expanded = vars(module).get("all_tied_weights_keys")
-        if isinstance(expanded, dict):
+        covered = any(prefix == outer or prefix.startswith(f"{outer}.") or outer == "" for outer in mapped)
+        if isinstance(expanded, dict) and not covered:
+            mapped.append(prefix)
             for target, source in expanded.items():
                 if isinstance(target, str) and isinstance(source, str):
                     ties.setdefault(dot + target, Tie(dot + target, dot + source, "mapping"))
@@ -57,9 +66,15 @@ def declared(model: nn.Module) -> list[Tie]:
 
 
 def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
-    """transformers 4's meaning of a ``_tied_weights_keys`` list: the output embeddings tied to the input embeddings
-    when the config says ``tie_word_embeddings``; embedding tables (an encoder's, a decoder's) to the shared input
-    embeddings always. Only weights: a listed bias follows other rules, and is left alone."""
+    """transformers 4's meaning of a ``_tied_weights_keys`` list, under the model's own config: its ``tie_weights``
+    tied the output embeddings to the input embeddings when the (text) config says ``tie_word_embeddings``, and called
+    every module's ``_tie_weights()``, the model's own code, which ties what it ties (often only under a config flag).
+    That code is replayed with every change held back (:func:`loadguard._replay.v4_ties`) and the listed weights it ties
+    are expected tied; where it cannot run on this transformers (it calls a 4.x helper that is gone), a listed
+    embedding table is expected tied to the shared input embeddings, as such code does. Only weights: a listed bias
+    follows other rules, and is left alone."""
+    from ._replay import v4_ties
+
     try:
         embeddings = module.get_input_embeddings()
     except Exception:  # the model's own code: whatever it raises, there is no source to name
@@ -74,6 +89,12 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
     except Exception:
         text_config = config
     tie_words = bool(getattr(text_config, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False)))
+    try:
+        output = module.get_output_embeddings()
+    except Exception:  # the model's own code
+        output = None
+    output_name = next((f"{dot}{name}.weight" if name else f"{dot}weight" for name, m in module.named_modules() if output is not None and m is output), None)
+    replayed = v4_ties(module)
     out = []
     for target in listed:
         if not isinstance(target, str) or not target.endswith(".weight") or any(c in target for c in "\\()[]*+?^$|"):
@@ -82,9 +103,15 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
             owner = module.get_submodule(target.rsplit(".", 1)[0])
         except Exception:  # a name the module does not have, or its own code raising
             continue
-        if isinstance(owner, nn.Embedding) or tie_words:
-            if dot + target != source_name:
-                out.append(Tie(dot + target, source_name, "v4 list"))
+        full = dot + target
+        if full == source_name:
+            continue
+        if tie_words and (full == output_name or (output_name is None and not isinstance(owner, nn.Embedding))):
+            out.append(Tie(full, source_name, "v4 list"))
+        elif replayed is not None and target in replayed:
+            out.append(Tie(full, dot + replayed[target], "v4 list"))
+        elif replayed is None and isinstance(owner, nn.Embedding):
+            out.append(Tie(full, source_name, "v4 list"))
     return out
 
 

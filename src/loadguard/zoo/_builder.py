@@ -76,6 +76,9 @@ _FAMILIES = {
     "lgv4flash": _toy_variant("lgv4flash", "LgV4FlashConfig", "LgV4FlashForCausalLM"),
     "lgv4gen": _toy_variant("lgv4gen", "LgV4GenConfig", "LgV4GenForCausalLM"),
     "lgv4s2s": _toy_variant("lgv4s2s", "LgV4S2SConfig", "LgV4S2SForCausalLM"),
+    "lgv4probe": _toy_variant("lgv4probe", "LgV4ProbeConfig", "LgV4ProbeForCausalLM"),
+    "lgv4ropedefault": _toy_variant("lgv4ropedefault", "LgV4RopeDefaultConfig", "LgV4RopeDefaultForCausalLM"),
+    "lgs2shead": _toy_variant("lgs2shead", "LgS2SHeadConfig", "LgS2SHeadForCausalLM"),
     "lgv4pad": _toy_variant("lgv4pad", "LgV4PadConfig", "LgV4PadForCausalLM"),
     "lgv4tie": _toy_variant("lgv4tie", "LgV4TieConfig", "LgV4TieForCausalLM"),
     "lgv4attrs": _toy_variant("lgv4attrs", "LgV4AttrsConfig", "LgV4AttrsForCausalLM"),
@@ -127,7 +130,10 @@ def _config(entry: ZooEntry, overrides: dict[str, Any]):
             f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a setting of the {entry.name} model",
             "use the config fields the model has, e.g. hidden_size, num_hidden_layers, vocab_size",
         )
-    return config_cls(**{**entry.config, **overrides})
+    config = config_cls(**{**entry.config, **overrides})
+    for key, value in entry.config_after.items():
+        setattr(config, key, value)
+    return config
 
 
 def _shape_minicpmv(model: torch.nn.Module) -> None:

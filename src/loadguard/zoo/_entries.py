@@ -2,91 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from ..errors import UnknownZooEntryError
+from ._entry import _TOY_NP, ExpectedFinding, ZooEntry
 
-
-@dataclass(frozen=True)
-class ExpectedFinding:
-    """A tensor that a transformers v5 load leaves wrong, and how (a loadguard status)."""
-
-    tensor: str
-    status: str  # "uninitialized" | "on_meta" | "overwritten"
-
-
-@dataclass(frozen=True)
-class ZooEntry:
-    name: str
-    family: str
-    summary: str
-    failure_mode: str | None = None
-    """The letter of the failure mode in loadguard's background notes (a-e), None for clean models."""
-    config: dict[str, Any] = field(default_factory=dict)
-    expected: tuple[ExpectedFinding, ...] = ()
-    save_non_persistent_buffers: bool = False
-    drop_keys: tuple[str, ...] = ()
-    shards: int = 1
-    prompts: tuple[str, ...] = ("describe what you see .",)
-    image_sizes: tuple[tuple[int, int], ...] = ()
-    """(width, height) of the demo images each prompt's ``<image>`` placeholders take, in order."""
-    failures: tuple[tuple[str, str], ...] = ()
-    """Code written for transformers 4.x: ``(workaround, exception)`` in the order a plain ``from_pretrained`` meets
-    them on a transformers that lacks what each workaround gives back."""
-    config_json: dict[str, Any] = field(default_factory=dict)
-    """Keys its config.json holds as an older transformers wrote them."""
-    config_json_drop: tuple[str, ...] = ()
-
-    @property
-    def workarounds(self) -> tuple[str, ...]:
-        """The ``before_import`` workarounds its code may need to import and construct (those the running
-        transformers / torch makes unnecessary change nothing)."""
-        return tuple(name for name, _ in self.failures)
-
-    @property
-    def needed_workarounds(self) -> tuple[str, ...]:
-        """Those the running transformers / torch lacks what they give back for: the ones its load needs here."""
-        from ..workarounds._registry import get
-
-        return tuple(name for name in self.workarounds if not get(name).is_native())
-
-    @property
-    def load_error(self) -> str | None:
-        """The exception a plain ``from_pretrained`` of this entry raises here (None: it loads, e.g. transformers
-        4.x, or 5.25 for code that only needs ``transformers.modeling_attn_mask_utils``)."""
-        needed = self.needed_workarounds
-        return next((error for name, error in self.failures if name in needed), None)
-
-    @property
-    def takes_images(self) -> bool:
-        return self.family == "lgminicpmv"
-
-    @property
-    def auto_class(self) -> str:
-        return "AutoModelForCausalLM"
-
-    def expected_for(self, num_hidden_layers: int) -> tuple[ExpectedFinding, ...]:
-        """Expected findings for a model with that many layers: ``{layer}`` stands for every layer,
-        ``{later_layer}`` for every layer but the first."""
-        out = []
-        for item in self.expected:
-            if "{layer}" in item.tensor:
-                layers, key = range(num_hidden_layers), "layer"
-            elif "{later_layer}" in item.tensor:
-                layers, key = range(1, num_hidden_layers), "later_layer"
-            else:
-                out.append(item)
-                continue
-            out.extend(ExpectedFinding(item.tensor.format(**{key: i}), item.status) for i in layers)
-        return tuple(out)
-
-
-_TOY_NP = (
-    ExpectedFinding("positions.table", "uninitialized"),
-    ExpectedFinding("positions.index", "uninitialized"),
-    ExpectedFinding("layers.{layer}.attn.causal_mask", "uninitialized"),
-)
 _VLM_PROMPTS = ("(<image>./</image>) describe what you see .", "(<image>./</image>) (<image>./</image>) what do you see ?")
 # MiniCPM-V 2.6's remote code fails on transformers 5 in this order, each fixed by the next workaround
 _MINICPMV_FAILURES = (
@@ -289,6 +207,25 @@ ENTRIES: dict[str, ZooEntry] = {
             failures=(("v4-module-names", "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'"),),
         ),
         ZooEntry(
+            "v4_attention_probe",
+            "lgv4probe",
+            "(a) a LLaVA-style wrapper written for transformers 4.x whose _supports_sdpa / _supports_flash_attn_2 are "
+            "properties asking self.language_model: 4.5x+ probe them on the instance while __init__ runs, before the "
+            "language model exists; once constructed, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=tuple(ExpectedFinding(f"language_model.{f.tensor}", f.status) for f in _TOY_NP),
+            failures=(("v4-attention-probe", "AttributeError: 'LgV4ProbeForCausalLM' object has no attribute '_supports_sdpa'"),),
+        ),
+        ZooEntry(
+            "v4_rope_default",
+            "lgv4ropedefault",
+            "(a) remote code whose rotary embedding looks up ROPE_INIT_FUNCTIONS['default'] (4.4x-era Llama copies): "
+            "transformers 5 dropped the key (KeyError 'default'); its rotary inv_freq and other buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
+            failures=(("v4-rope-init-default", "KeyError: 'default'"),),
+        ),
+        ZooEntry(
             "device_picking",
             "lgdevice",
             "(a) remote code that builds every layer with device=config.init_device itself (OLMo-style): a weightless "
@@ -322,6 +259,16 @@ ENTRIES: dict[str, ZooEntry] = {
                 ExpectedFinding("decoder.embed_tokens.weight", "mismatch"),
             ),
             drop_keys=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"),
+        ),
+        ZooEntry(
+            "declined_tie",
+            "lgs2shead",
+            "a causal-LM head around an encoder-decoder (T5ForSequenceClassification-style) built with "
+            "tie_word_embeddings switched off: its checkpoint holds three different embedding tables, its config "
+            "comes back tying, transformers declines the tie and keeps every table's checkpoint value, while the nested "
+            "encoder-decoder's own tie list still names the tie: loads exactly",
+            config={"rebuild_buffers_in_init": True},
+            config_after={"tie_word_embeddings": False},
         ),
         ZooEntry(
             "clean",
