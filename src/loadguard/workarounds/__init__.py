@@ -56,7 +56,7 @@ from ._registry import BUILT_IN, REGISTRY, _registering_from  # noqa: E402,F401
 from ._external import load_file  # noqa: E402,F401
 
 with _registering_from(BUILT_IN):  # the built-ins depend on the registry only; registered before any lookup
-    from . import minicpmv, remote_code, transformers_v4, v4_api, v4_auto, v4_names  # noqa: E402,F401
+    from . import minicpmv, remote_code, transformers_v4, v4_api, v4_auto, v4_behaviour, v4_names  # noqa: E402,F401
 
 if TYPE_CHECKING:
     from ._apply import (  # noqa: F401

@@ -1,0 +1,162 @@
+"""Workarounds for transformers 4.x *behaviour* that published remote code relies on and no diff of names shows.
+
+The API diff (:mod:`loadguard.workarounds.v4_names`) gives back every name 4.57 had and 5.x dropped. These give back
+what a name still present now *does* differently, found by the survey in ``data/v4_behaviour.json`` (idiom, how to
+recognise it, what 5.x does, the workaround or why none): each only while a load (or a construction of the model's
+class) runs, each only when the running transformers behaves the new way, each counting what it changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+
+from ._registry import Usage, workaround
+from .remote_code import has_remote_code
+
+# ----------------------------------------------------------------------------------------------------
+# ROPE_INIT_FUNCTIONS["default"]
+
+
+def v4_default_rope_parameters(config=None, device=None, seq_len=None, **rope_kwargs):
+    """transformers 4's ``ROPE_INIT_FUNCTIONS["default"]`` (``_compute_default_rope_parameters``): the inverse
+    frequencies of plain RoPE, ``1 / base ** (arange(0, dim, 2) / dim)`` with ``dim = head_dim *
+    partial_rotary_factor``, and an attention factor of 1.0. ``base`` is ``config.rope_theta``, or where a 5.x config
+    keeps it, ``config.rope_parameters["rope_theta"]``; 4.x's ``rope_kwargs`` (``base``, ``dim``) win when given."""
+    import torch
+
+    if rope_kwargs:
+        base, dim = rope_kwargs["base"], int(rope_kwargs["dim"])
+    else:
+        base = getattr(config, "rope_theta", None)
+        if base is None:
+            base = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        partial = getattr(config, "partial_rotary_factor", None)
+        if partial is None:
+            partial = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * partial)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
+    return inv_freq, 1.0
+
+
+class _V4RopeFunctions(dict):
+    """The registry as remote code imported during a load sees it: 5.x's functions plus 4.x's ``"default"``,
+    counting each lookup of it."""
+
+    usage: Usage
+
+    def __missing__(self, key):
+        if key != "default":
+            raise KeyError(key)
+        self.usage.count += 1
+        return v4_default_rope_parameters
+
+    def get(self, key, default=None):
+        return self[key] if key in self or key == "default" else default
+
+
+@workaround(
+    "v4-rope-init-default",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code (4.4x-era copies of Llama's rotary embedding) that looks up ROPE_INIT_FUNCTIONS['default']: "
+    "transformers 5 computes plain RoPE elsewhere and dropped the key (KeyError: 'default'); the model's code gets "
+    "4.x's default RoPE function back, reading rope_theta as 4.x did",
+    upstream="the model's repository (compute plain RoPE in the model, as transformers' own models now do)",
+    fixes=[("KeyError", r"^'default'$")],
+    native=lambda: "default" in importlib.import_module("transformers.modeling_rope_utils").ROPE_INIT_FUNCTIONS,
+    touches=r"ROPE_INIT_FUNCTIONS\s*(\[|\.get\()",
+)
+@contextlib.contextmanager
+def rope_init_default(path, config: dict) -> Iterator[Usage]:
+    usage = Usage()
+    rope_utils = importlib.import_module("transformers.modeling_rope_utils")
+    original = rope_utils.ROPE_INIT_FUNCTIONS
+    if "default" in original:  # 4.x: the key is there
+        yield usage
+        return
+    # transformers' own modules bound the original dict when they were imported and keep it (their _init_weights
+    # layers a module's own default over it); code imported from here on binds this copy
+    functions = _V4RopeFunctions(original)
+    functions.usage = usage
+    rope_utils.ROPE_INIT_FUNCTIONS = functions
+    try:
+        yield usage
+    finally:
+        rope_utils.ROPE_INIT_FUNCTIONS = original
+    usage.detail = "gave the model's code ROPE_INIT_FUNCTIONS['default'] (plain RoPE), as transformers 4.x had it"
+
+
+# ----------------------------------------------------------------------------------------------------
+# attention-support probes: `_supports_sdpa` as a property that asks a submodule
+
+PROBES = ("_supports_sdpa", "_supports_flash_attn_2", "_supports_flash_attn", "_supports_flex_attn")
+
+
+def _probe_properties(cls: type) -> dict[str, tuple[type, property]]:
+    """The attention-support flags ``cls`` answers with a property of its own code (not transformers')."""
+    found: dict[str, tuple[type, property]] = {}
+    for klass in cls.__mro__:
+        if (klass.__module__ or "").startswith("transformers."):
+            break
+        for name in PROBES:
+            value = vars(klass).get(name)
+            if isinstance(value, property) and name not in found:
+                found[name] = (klass, value)
+    return found
+
+
+@workaround(
+    "v4-attention-probe",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code whose _supports_sdpa / _supports_flash_attn_2 is a property asking a submodule "
+    "(return self.language_model._supports_sdpa): transformers before 4.5x read the flag on the class before "
+    "construction (the property object, truthy: supported); 4.5x and 5.x read it on the instance inside "
+    "PreTrainedModel.__init__, before the submodule exists (AttributeError). While the model is constructed, a "
+    "property that cannot answer yet answers as the class did; once constructed it asks the submodule again",
+    upstream="the model's repository (a class attribute, or a getattr with a default)",
+    fixes=[("AttributeError", r"has no attribute '(_supports_sdpa|_supports_flash_attn_2|_supports_flash_attn|_supports_flex_attn)'")],
+    native=lambda: False,  # every transformers since 4.5x probes the instance during __init__
+    touches=r"def\s+(_supports_sdpa|_supports_flash_attn_2|_supports_flash_attn|_supports_flex_attn)\s*\(",
+)
+@contextlib.contextmanager
+def attention_probe(path, config: dict) -> Iterator[Usage]:
+    from transformers import PreTrainedModel
+
+    usage = Usage()
+    original = PreTrainedModel.__dict__.get("_check_and_adjust_attn_implementation")
+    if original is None:  # a transformers that does not probe during __init__
+        yield usage
+        return
+
+    def check(self, *args, **kwargs):
+        patched = []
+        for name, (klass, prop) in _probe_properties(type(self)).items():
+
+            def answer(instance, getter=prop.fget):
+                try:
+                    return getter(instance)
+                except AttributeError:  # the submodule it asks does not exist yet: the class's answer, as 4.x got it
+                    usage.count += 1
+                    return True
+
+            setattr(klass, name, property(answer, prop.fset, prop.fdel, prop.__doc__))
+            patched.append((klass, name, prop))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for klass, name, prop in patched:
+                setattr(klass, name, prop)
+
+    PreTrainedModel._check_and_adjust_attn_implementation = check
+    try:
+        yield usage
+    finally:
+        PreTrainedModel._check_and_adjust_attn_implementation = original
+    usage.detail = "answered the model's attention-support properties as their class did while it was constructed, as transformers 4.x read them"
+
+
+__all__ = ["PROBES", "v4_default_rope_parameters"]
