@@ -263,23 +263,45 @@ def test_large_tensors_are_created_on_meta_directly():
     assert big.device.type == "meta" and small.device.type == "cpu"
 
 
-def test_a_model_with_its_own_loader_cannot_be_scanned(zoo_folder, tmp_path):
-    from loadguard.cli import main
-
+def _with_loader(zoo_folder, tmp_path, body: str):
     folder = tmp_path / "own-loader"
-    shutil.copytree(zoo_folder("clean"), folder)
+    shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
     modeling.write_text(modeling.read_text() + (
         "\n\nclass LgToyForCausalLM(LgToyForCausalLM):\n"
         "    @classmethod\n"
-        "    def from_pretrained(cls, *args, **kwargs):  # like nomic-bert: it reads its own weights\n"
-        "        return super().from_pretrained(*args, **kwargs)\n"
+        "    def from_pretrained(cls, *args, **kwargs):\n" + body
     ))
-    with pytest.raises(ScanError, match="loads its own weights"):
+    return folder
+
+
+def test_a_model_with_its_own_loader_cannot_be_scanned(zoo_folder, tmp_path):
+    from loadguard.cli import main
+
+    # like nomic-bert's: it builds the model and reads its own weights, never through PreTrainedModel.from_pretrained
+    folder = _with_loader(zoo_folder, tmp_path, "        return cls(kwargs['config'])\n")
+    with pytest.raises(ScanError, match=r"loads its own weights \(LgToyForCausalLM.from_pretrained never calls PreTrainedModel.from_pretrained\)"):
         loadguard.scan(folder, trust_remote_code=True)
     with pytest.raises(SystemExit) as info:
         main(["scan", str(folder), "--trust-remote-code"])
     assert info.value.code == 2
+
+
+def test_a_from_pretrained_that_delegates_is_scanned_through(zoo_folder, tmp_path):
+    from transformers import PreTrainedModel
+
+    before = PreTrainedModel.__dict__["from_pretrained"]
+    folder = _with_loader(zoo_folder, tmp_path, (
+        "        model = super().from_pretrained(*args, **kwargs)  # then adjusts what it loaded, as many do\n"
+        "        model.generation_config.max_new_tokens = 7\n"
+        "        return model\n"
+    ))
+    report = loadguard.scan(folder, trust_remote_code=True)
+    assert {f.tensor for f in report.failures} == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
+    assert PreTrainedModel.__dict__["from_pretrained"] is before
+    # what the scan predicts is what a full load gets
+    full = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True).loadguard_report
+    assert {f.tensor for f in full.failures} == {f.tensor for f in report.failures}
 
 
 def _hub_cache(root, repo_id: str, files) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import torch
 
 from ._config import config_dict, folder_of, local_config  # noqa: F401  (callers read configs through _hf too)
 from .errors import (
+    EagerAttentionNeededError,
     InvalidOptionError,
     LoadguardError,
     ModelConfigError,
@@ -149,21 +152,68 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
     return transformers.AutoModel
 
 
+class BaseCall:
+    """What the outermost ``PreTrainedModel.from_pretrained`` of a load did (see :func:`through_the_base`)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.model: Any = None
+        self.info: Any = None
+        self.reached = False
+
+
+@contextlib.contextmanager
+def through_the_base(record: BaseCall) -> Iterator[BaseCall]:
+    """Around a ``from_pretrained``: the outermost call that reaches ``PreTrainedModel.from_pretrained`` (directly, or
+    from a model's own override that delegates with ``super().from_pretrained(...)`` and then adjusts the model) is
+    asked for transformers' loading info and hands its caller the model alone, as that caller expects; ``record`` keeps
+    the model and the info. Loads nested inside it (a sub-model a constructor loads) pass through untouched."""
+    from transformers import PreTrainedModel
+
+    from . import loading_info
+
+    original = PreTrainedModel.__dict__["from_pretrained"]
+
+    def from_pretrained(cls, *args, **kwargs):
+        outer = record.depth == 0
+        asked = bool(kwargs.get("output_loading_info", False))
+        if outer:
+            kwargs["output_loading_info"] = True
+        record.depth += 1
+        try:
+            result = original.__func__(cls, *args, **kwargs)
+        finally:
+            record.depth -= 1
+        if not outer:
+            return result
+        record.reached = True
+        record.model, record.info = loading_info.split(result)
+        return result if asked else record.model
+
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+    try:
+        yield record
+    finally:
+        PreTrainedModel.from_pretrained = original
+
+
 def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tuple[str, ...] = (), **kwargs: Any):
     """``cls.from_pretrained(path, **kwargs)`` returning the model, with transformers' loading info kept on it
     (:mod:`loadguard.loading_info`: the evidence of what was not loaded on purpose); every failure becomes a
-    :class:`LoadguardError`, naming the registered workarounds that fix it (other than those in ``active_workarounds``)."""
+    :class:`LoadguardError`, naming the registered workarounds that fix it (other than those in ``active_workarounds``).
+    A model class whose own ``from_pretrained`` delegates to transformers' sees the return value it expects."""
     from . import loading_info
 
-    kwargs.pop("output_loading_info", None)  # asked for below; the caller gets the model (its info kept on it)
+    kwargs.pop("output_loading_info", None)  # asked for on the base call; the caller gets the model (its info kept on it)
     try:
-        result = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
+        with through_the_base(BaseCall()) as base:
+            result = cls.from_pretrained(str(path), **kwargs)
     except LoadguardError:
         raise
     except Exception as error:
         raise translate(error, path, active_workarounds, device_map=kwargs.get("device_map")) from error
     model, info = loading_info.split(result)
-    loading_info.remember(model, info)
+    loading_info.remember(model, info if info is not None else base.info)
     return model
 
 
@@ -195,6 +245,8 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
             f"loading {path} needs a quantization backend that is not installed ({text})",
             f"pip install {backend.group(1)}; or predict the load without it: loadguard scan (no weight is read, no backend needed)",
         )
+    if isinstance(error, ValueError) and 'attn_implementation="eager"' in str(error):  # transformers' own refusal
+        return EagerAttentionNeededError(f"transformers {transformers.__version__} refuses the attention kernel asked for {path} ({text})")
     frame = _remote_code_frame(error)
     matched = [w.name for w in registry.matching(error)]
     if frame is not None or matched:

@@ -26,10 +26,10 @@ from typing import Any
 import torch
 
 from . import _hf, _scan_source, checks
+from ._writes import InitWrites
 from . import workarounds as registry
 from ._transformers import (
     CompleteKeys,
-    InitWrites,
     complete_keys_from_the_model,
     constructing_with_meta_writes_skipped,
     loaded_tensors,
@@ -132,7 +132,6 @@ def scan(
             if quantized:  # no weight is read, so no quantization backend is needed: predict the model it quantizes
                 _scan_source.drop_quantization(config)
             concrete = _concrete_class(auto_class, config, source, trust_remote_code)
-            _refuse_own_loader(concrete)
             kwargs: dict[str, Any] = {"config": config, **weightless_load_options()}
             if parsed_dtype is not None:
                 kwargs["dtype"] = parsed_dtype
@@ -148,7 +147,7 @@ def scan(
                     kwargs["state_dict"] = weightless_state_dict(shapes)
                 for context in (poison(), recording_init_writes(record), parameters_stay_on_meta(), constructing_with_meta_writes_skipped(concrete)):
                     stack.enter_context(context)
-                return concrete.from_pretrained(None, **kwargs)
+                return _through_own_loader(concrete, lambda: concrete.from_pretrained(None, **kwargs))
         except LoadguardError:
             raise
         except Exception as error:
@@ -258,15 +257,36 @@ def _concrete_class(auto_class, config, source: _scan_source.Source, trust_remot
         ) from None
 
 
-def _refuse_own_loader(cls) -> None:
+def _own_loader(cls) -> type | None:
+    """The class of the model's own code that overrides ``from_pretrained``, if any."""
     for klass in cls.__mro__:
         if (klass.__module__ or "").startswith("transformers."):
-            return
+            return None
         if "from_pretrained" in vars(klass):
-            raise ScanError(
-                f"cannot scan {cls.__name__}: the model's class loads its own weights ({klass.__name__}.from_pretrained)",
-                "audit a full load instead: loadguard audit PATH",
-            )
+            return klass
+    return None
+
+
+def _through_own_loader(cls, load):
+    """``load()``, a ``from_pretrained`` of ``cls``. Where the model's code overrides it (to adjust the generation
+    config or a sub-module after ``super().from_pretrained(...)``), the override runs, and the weightless load happens
+    in the ``PreTrainedModel.from_pretrained`` it delegates to; an override that never reaches it loads its own
+    weights, which a weightless load cannot predict: refused, saying so."""
+    from .loading_info import split
+
+    klass = _own_loader(cls)
+    if klass is None:
+        return load()
+    with _hf.through_the_base(_hf.BaseCall()) as base:
+        result = load()
+    if not base.reached:
+        raise ScanError(
+            f"cannot scan {cls.__name__}: the model's class loads its own weights ({klass.__name__}.from_pretrained never "
+            "calls PreTrainedModel.from_pretrained)",
+            "audit a full load instead: loadguard audit PATH",
+        )
+    model, _ = split(result)
+    return model if isinstance(model, torch.nn.Module) else base.model
 
 
 def _own_keys(cls, config, dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
