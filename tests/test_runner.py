@@ -225,3 +225,62 @@ def test_a_generate_that_contradicts_its_scores_is_an_error(zoo_folder):
         hf.model.generate = shifted
         with pytest.raises(RunnerConsistencyError, match="step 2 generated token .* but the argmax of that step's scores is"):
             hf.generate_greedy(["describe what you see ."], 3)
+
+
+def _eager_only_model():
+    """Code written for eager attention only: it indexes the attention weights, which SDPA does not return."""
+    from torch import nn
+    from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import CausalLMOutput
+
+    class EagerOnlyConfig(PretrainedConfig):
+        model_type = "lgeageronly"
+
+    class EagerOnly(PreTrainedModel, GenerationMixin):
+        config_class = EagerOnlyConfig
+        _supports_sdpa = True
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.embed = nn.Embedding(64, 8)
+            self.head = nn.Linear(8, 64)
+            self.post_init()
+
+        def forward(self, input_ids, attention_mask=None, **kwargs):
+            weights = torch.ones(input_ids.shape[-1]) if self.config._attn_implementation == "eager" else None
+            return CausalLMOutput(logits=self.head(self.embed(input_ids) * weights[0]))
+
+    torch.manual_seed(0)
+    return EagerOnly(EagerOnlyConfig(vocab_size=64, num_hidden_layers=1, hidden_size=8, num_attention_heads=1, use_cache=False, bos_token_id=1, eos_token_id=2, pad_token_id=0))
+
+
+def test_code_that_runs_only_with_eager_attention_is_told_so(zoo_folder):
+    from transformers import AutoTokenizer
+
+    from loadguard.errors import EagerAttentionNeededError, hint_for
+
+    model = _eager_only_model()
+    assert model.config._attn_implementation == "sdpa"
+    runner = HfRunner.from_model(model, tokenizer=AutoTokenizer.from_pretrained(zoo_folder("clean"), trust_remote_code=True))
+    with pytest.raises(EagerAttentionNeededError) as info:
+        runner.generate_greedy(["describe what you see ."], 2)
+    message = info.value.message
+    assert "fails under attn_implementation='sdpa' (TypeError: 'NoneType' object is not subscriptable)" in message
+    assert "runs with attn_implementation='eager'" in message
+    assert hint_for(info.value, "cli").startswith("run again with --attn-implementation eager")
+    assert 'attn_implementation="eager"' in hint_for(info.value, "api")
+    assert model.config._attn_implementation == "sdpa"  # the retry's kernel is put back
+    # with eager attention it runs
+    model.set_attn_implementation("eager")
+    ((ids, _),) = runner.generate_greedy(["describe what you see ."], 2)
+    assert len(ids) == 2
+
+
+def test_a_failure_that_eager_attention_does_not_fix_is_reported_as_it_was(zoo_folder):
+    from transformers import AutoTokenizer
+
+    model = _eager_only_model()
+    model.forward = lambda *a, **k: (_ for _ in ()).throw(IndexError("index 99 is out of bounds"))
+    runner = HfRunner.from_model(model, tokenizer=AutoTokenizer.from_pretrained(zoo_folder("clean"), trust_remote_code=True))
+    with pytest.raises(IndexError, match="index 99"):
+        runner.generate_greedy(["describe what you see ."], 2)

@@ -39,9 +39,21 @@ def fixes_hint(names: Iterable[str], how: str = "api") -> str:
     return f"a known failure of code written for older transformers/torch: pass workarounds={names!r} (or workarounds='auto') to loadguard.load / HfRunner / eager_load"
 
 
+def eager_hint(how: str = "api") -> str:
+    """How to load with eager attention, as the CLI, the pytest plugin or the API says it."""
+    if how == "cli":
+        return "run again with --attn-implementation eager (from_pretrained(..., attn_implementation=\"eager\") in code)"
+    return ('load with attn_implementation="eager": from_pretrained(path, attn_implementation="eager"), '
+            'loadguard.load(..., attn_implementation="eager") or HfRunner(path, model_kwargs={"attn_implementation": "eager"})')
+
+
 def hint_for(error: LoadguardError, how: str = "cli") -> str:
     """The hint for ``error`` as the CLI or the pytest plugin words it (see :func:`fixes_hint`)."""
-    return fixes_hint(error.fixes, how) if error.fixes else error.hint
+    if error.fixes:
+        return fixes_hint(error.fixes, how)
+    if isinstance(error, EagerAttentionNeededError):
+        return eager_hint(how)
+    return error.hint
 
 
 class UnknownZooEntryError(LoadguardError, KeyError):
@@ -115,6 +127,13 @@ class StaleWorkaroundError(WorkaroundError):
 
 class RunnerConsistencyError(LoadguardError):
     """The reference runner's outputs contradict themselves (e.g. a generated id that is not its step's argmax)."""
+
+
+class EagerAttentionNeededError(LoadguardError):
+    """The model's code fails under the attention kernel it was loaded with (SDPA, flash) and runs with eager
+    attention: it was written for eager only (observed by running it again with eager, never guessed)."""
+
+    hint = eager_hint("api")
 
 
 class ScanError(LoadguardError):

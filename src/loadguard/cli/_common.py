@@ -170,11 +170,15 @@ def parse_placement(device_map: str | None, max_memory: str | None, offload_fold
 
 def loading_options(command):
     """The options every command that loads a model takes, the way ``from_pretrained`` spells them. The placement
-    ones (``--device-map``, ``--max-memory``, ``--offload-folder``) reach the command as one ``placement`` dict."""
+    ones (``--device-map``, ``--max-memory``, ``--offload-folder``) and ``--attn-implementation`` reach the command as
+    one ``placement`` dict of ``from_pretrained`` keyword arguments."""
 
     @functools.wraps(command)
-    def with_placement(*args, device_map=None, max_memory=None, offload_folder=None, **kwargs):
-        return command(*args, placement=parse_placement(device_map, max_memory, offload_folder), **kwargs)
+    def with_placement(*args, device_map=None, max_memory=None, offload_folder=None, attn_implementation=None, **kwargs):
+        placement = parse_placement(device_map, max_memory, offload_folder)
+        if attn_implementation:
+            placement["attn_implementation"] = attn_implementation
+        return command(*args, placement=placement, **kwargs)
 
     options = [
         click.argument("path"),
@@ -192,6 +196,10 @@ def loading_options(command):
         click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="from_pretrained's device_map: auto, cpu, cuda, or a JSON module->device map (\"disk\" offloads)."),
         click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="from_pretrained's max_memory, e.g. cpu=20GiB,0=10GiB."),
         click.option("--offload-folder", default=None, metavar="DIR", help="Where accelerate offloads to disk (loadguard never writes the model's folder)."),
+        click.option(
+            "--attn-implementation", default=None, metavar="eager|sdpa|NAME",
+            help="from_pretrained's attn_implementation (eager for code written for eager attention only).",
+        ),
     ]
     for option in reversed(options):
         with_placement = option(with_placement)

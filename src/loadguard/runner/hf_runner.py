@@ -17,6 +17,7 @@ from ..errors import InvalidOptionError, RunnerConsistencyError
 from ..load import load as guarded_load
 from ..load import load_unaudited
 from ..report import AuditReport, RepairResult
+from ._attention import run_model
 
 POLICIES = ("repair", "raise", "warn", "off")
 TokensText = tuple[list[int], str]
@@ -182,13 +183,17 @@ class HfRunner:
         model's ``generate`` returns prompt + new tokens or, like models that generate from ``inputs_embeds``,
         the new tokens only: the generated ids are the last ones, one per step."""
         asked = {"return_dict_in_generate": True, "output_scores": True, **kwargs}
-        output = self.model.generate(**inputs, **asked)
+        output = self._run_model(lambda: self.model.generate(**inputs, **asked))
         if not hasattr(output, "sequences"):  # a generate that returns a plain tensor
             return None, _new_tokens(output, inputs.get("input_ids"), kwargs.get("max_new_tokens"))
         steps = len(output.scores or ()) or len(getattr(output, "logits", None) or ())
         sequences = output.sequences
         ids = sequences[0, sequences.shape[1] - steps :].tolist() if steps else []
         return output, ids
+
+    def _run_model(self, call):
+        """``call()``, the model's own ``generate`` or forward (see :func:`loadguard.runner._attention.run_model`)."""
+        return run_model(self.model, call, self.model_name)
 
     def _check_greedy(self, ids: list[int], output, logprobs: list[dict[int, float]] | None, do_sample: bool) -> None:
         """Under greedy decoding every generated token is the argmax of its step's scores (and, within a
@@ -270,7 +275,7 @@ class HfRunner:
         for prompt in prompts:
             inputs = self._inputs(prompt, None)
             with torch.no_grad():
-                output = self.model(**inputs)
+                output = self._run_model(lambda: self.model(**inputs))
             hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
             mask = inputs.get("attention_mask", torch.ones(hidden.shape[:2], device=hidden.device)).unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
