@@ -297,11 +297,13 @@ def test_a_from_pretrained_that_delegates_is_scanned_through(zoo_folder, tmp_pat
         "        return model\n"
     ))
     report = loadguard.scan(folder, trust_remote_code=True)
-    assert {f.tensor for f in report.failures} == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
     assert PreTrainedModel.__dict__["from_pretrained"] is before
-    # what the scan predicts is what a full load gets
-    full = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True).loadguard_report
-    assert {f.tensor for f in full.failures} == {f.tensor for f in report.failures}
+    if IS_V5:  # transformers 4 leaves the buffers as the code computed them
+        assert {f.tensor for f in report.failures} == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
+    # what the scan predicts is what a full load (through the same override) gets
+    model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True)
+    assert model.generation_config.max_new_tokens == 7  # the override ran on the model it expects
+    assert {f.tensor for f in model.loadguard_report.failures} == {f.tensor for f in report.failures}
 
 
 def _hub_cache(root, repo_id: str, files) -> None:

@@ -74,6 +74,7 @@ def test_replaying_v4_tie_weights_changes_nothing():
     assert all(torch.equal(values[k], after[k]) for k in values)
 
 
+@pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} still has _tie_or_clone_weights: the replay runs there")
 def test_v4_code_that_calls_a_helper_gone_from_5x_falls_back_to_its_embedding_tables():
     model = _v4(tie_tables=True)
     model._tie_weights = lambda: model._tie_or_clone_weights(model.encoder, model.shared)  # 4.x helper

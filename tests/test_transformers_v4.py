@@ -333,3 +333,113 @@ def test_pruning_stand_ins_equal_4_57s():
     for dim, index in ((0, torch.tensor([0, 4, 5])), (1, torch.tensor([1, 2]))):
         a, b = ours.prune_linear_layer(layer, index, dim), theirs.prune_linear_layer(layer, index, dim)
         assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+
+
+# ----------------------------------------------------------------------------------------------------
+# ROPE_INIT_FUNCTIONS["default"] (v4 behaviour: a registry key 5.x dropped)
+
+ROPE_DEFAULT_CASES = {
+    "plain": {"hidden_size": 64, "num_attention_heads": 4},
+    "theta": {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 500000.0},
+    "head_dim": {"hidden_size": 64, "num_attention_heads": 4, "head_dim": 32},
+    "partial": {"hidden_size": 64, "num_attention_heads": 4, "partial_rotary_factor": 0.5},
+}
+
+
+def _rope_config(fields):
+    config = v4_style_config_class()(rope_theta=fields.get("rope_theta", 10000.0))
+    for key, value in fields.items():
+        setattr(config, key, value)
+    return config
+
+
+@needs_v4
+@pytest.mark.parametrize("case", ROPE_DEFAULT_CASES)
+def test_default_rope_parameters_equal_transformers_4s(case):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from loadguard.workarounds.v4_behaviour import v4_default_rope_parameters
+
+    config = _rope_config(ROPE_DEFAULT_CASES[case])
+    theirs, their_factor = ROPE_INIT_FUNCTIONS["default"](config, None)
+    mine, my_factor = v4_default_rope_parameters(config, None)
+    assert torch.equal(mine, theirs) and my_factor == their_factor == 1.0
+
+
+@needs_v5
+def test_rope_default_key_is_given_to_code_imported_inside_the_workaround_only():
+    import transformers.modeling_rope_utils as rope_utils
+    from transformers import modeling_utils
+
+    original = rope_utils.ROPE_INIT_FUNCTIONS
+    assert "default" not in original
+    with registry.using(["v4-rope-init-default"]) as outcomes:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS as seen
+
+        inv_freq, factor = seen["default"](_rope_config(ROPE_DEFAULT_CASES["theta"]), None)
+        assert factor == 1.0 and torch.allclose(inv_freq, 1.0 / 500000.0 ** (torch.arange(0, 16, 2).float() / 16))
+        assert seen.get("default") is not None and seen.get("nope") is None
+        assert modeling_utils.ROPE_INIT_FUNCTIONS is original  # transformers' own code keeps 5.x's registry
+    assert outcomes[0].status == "applied" and rope_utils.ROPE_INIT_FUNCTIONS is original
+    # 5.x keeps rope_theta in rope_parameters: read from there as 4.x read config.rope_theta
+    from types import SimpleNamespace
+
+    from loadguard.workarounds.v4_behaviour import v4_default_rope_parameters
+
+    v5_config = SimpleNamespace(hidden_size=64, num_attention_heads=4, rope_parameters={"rope_theta": 500000.0, "rope_type": "default"})
+    assert torch.equal(v4_default_rope_parameters(v5_config, None)[0], inv_freq)
+
+
+# ----------------------------------------------------------------------------------------------------
+# attention-support probes (v4 behaviour: read on the class before construction, not on the instance during it)
+
+
+def _probing_wrapper():
+    from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    class ProbeConfig(PretrainedConfig):
+        model_type = "loadguard_probe"
+
+    class Inner(PreTrainedModel):
+        config_class = ProbeConfig
+        _supports_sdpa = True
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.proj = nn.Linear(2, 2)
+            self.post_init()
+
+    class Wrapper(PreTrainedModel):  # as TinyLLaVA / Prismatic / Florence-2 remote code declares it
+        config_class = ProbeConfig
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.language_model = Inner(config)
+            self.post_init()
+
+        @property
+        def _supports_sdpa(self):
+            return self.language_model._supports_sdpa
+
+    Wrapper.__module__ = Inner.__module__ = "transformers_modules.probe.modeling_probe"  # remote code
+    return Wrapper, ProbeConfig
+
+
+def test_a_probe_property_fails_during_construction_without_the_workaround():
+    wrapper, config = _probing_wrapper()
+    with pytest.raises(AttributeError, match="has no attribute '_supports_sdpa'"):
+        wrapper(config())
+    error = AttributeError("'Wrapper' object has no attribute '_supports_sdpa'")
+    assert "v4-attention-probe" in [w.name for w in registry.matching(error)]
+
+
+def test_a_probe_property_answers_as_its_class_did_then_asks_its_submodule():
+    wrapper, config = _probing_wrapper()
+    with registry.using(["v4-attention-probe"]) as outcomes:
+        model = wrapper(config())
+    assert outcomes[0].status == "applied"
+    # 4.4x read the class attribute (the property object, truthy): SDPA chosen, as the wrapped model supports it
+    assert bool(wrapper.__dict__["_supports_sdpa"]) and model.config._attn_implementation == "sdpa"
+    assert model._supports_sdpa is True  # constructed: the property asks its submodule again
+    assert isinstance(wrapper.__dict__["_supports_sdpa"], property)  # the class is as it was

@@ -68,6 +68,9 @@ class LgS2SHeadForCausalLM(LgToyPreTrainedModel, GenerationMixin):
     def set_input_embeddings(self, value):
         self.transformer.shared = value
 
+    def get_output_embeddings(self):  # a head of its own, never tied (as T5ForSequenceClassification's classifier)
+        return None
+
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
         return {"input_ids": input_ids, "attention_mask": attention_mask}
 
