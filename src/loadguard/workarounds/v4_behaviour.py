@@ -159,4 +159,77 @@ def attention_probe(path, config: dict) -> Iterator[Usage]:
     usage.detail = "answered the model's attention-support properties as their class did while it was constructed, as transformers 4.x read them"
 
 
+# ----------------------------------------------------------------------------------------------------
+# from_pretrained of a sub-model inside the model's own __init__
+
+
+def _refuses_loads_on_meta() -> bool:
+    """Whether the running transformers refuses a from_pretrained under a meta device context (5.x does; 4.57 loads)."""
+    import torch
+
+    try:
+        from transformers.integrations.accelerate import check_and_set_device_map
+    except ImportError:
+        return False
+    try:
+        with torch.device("meta"):
+            check_and_set_device_map(None)
+    except RuntimeError:
+        return True
+    return False
+
+
+def _inside_a_constructor() -> bool:
+    """Whether the caller runs inside some ``nn.Module.__init__`` (a model's constructor loading a sub-model)."""
+    import sys
+
+    import torch
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), torch.nn.Module):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@workaround(
+    "v4-nested-from-pretrained",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code that loads a pretrained sub-model in its own __init__ (self.trunk = AutoModel.from_pretrained(...)): "
+    "transformers 5 constructs the model under the meta device and refuses a from_pretrained there (RuntimeError: ... meta "
+    "device context manager); 4.x loaded it and then the outer checkpoint's values over it. While a model is being "
+    "constructed, the sub-model is built from its config instead, so the outer load gives it the checkpoint's values as "
+    "4.x ended up with (a sub-model the outer checkpoint lacks is reported missing, where 4.x kept its own weights)",
+    upstream="the model's repository (build the sub-model from its config: the outer checkpoint holds its weights)",
+    # the second: the same nested load where parameters are created on meta (accelerate's init_empty_weights, as a
+    # reference is built), refused by hub kernels
+    fixes=[("RuntimeError", r"from_pretrained` with a meta device context manager"), ("ValueError", r"^Unsupported device type 'meta'")],
+    native=lambda: not _refuses_loads_on_meta(),
+    touches=r"\.from_pretrained\(",
+)
+@contextlib.contextmanager
+def nested_from_pretrained(path, config: dict) -> Iterator[Usage]:
+    from transformers import AutoConfig, PreTrainedModel
+
+    usage = Usage()
+    original = PreTrainedModel.__dict__["from_pretrained"]
+
+    def from_pretrained(cls, name_or_path, *args, **kwargs):
+        if not _inside_a_constructor():  # a load of its own
+            return original.__func__(cls, name_or_path, *args, **kwargs)
+        usage.count += 1
+        trust = kwargs.pop("trust_remote_code", None)
+        sub_config = kwargs.pop("config", None) or AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust)
+        return cls._from_config(sub_config, **{k: v for k, v in kwargs.items() if k == "add_pooling_layer"})
+
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+    try:
+        yield usage
+    finally:
+        PreTrainedModel.from_pretrained = original
+    usage.detail = "built the sub-models the model's constructor loads from their configs; the outer checkpoint gave them their values"
+
+
 __all__ = ["PROBES", "v4_default_rope_parameters"]

@@ -78,6 +78,7 @@ _FAMILIES = {
     "lgv4s2s": _toy_variant("lgv4s2s", "LgV4S2SConfig", "LgV4S2SForCausalLM"),
     "lgv4probe": _toy_variant("lgv4probe", "LgV4ProbeConfig", "LgV4ProbeForCausalLM"),
     "lgv4ropedefault": _toy_variant("lgv4ropedefault", "LgV4RopeDefaultConfig", "LgV4RopeDefaultForCausalLM"),
+    "lgv4nested": _toy_variant("lgv4nested", "LgV4NestedConfig", "LgV4NestedForCausalLM"),
     "lgs2shead": _toy_variant("lgs2shead", "LgS2SHeadConfig", "LgS2SHeadForCausalLM"),
     "lgv4pad": _toy_variant("lgv4pad", "LgV4PadConfig", "LgV4PadForCausalLM"),
     "lgv4tie": _toy_variant("lgv4tie", "LgV4TieConfig", "LgV4TieForCausalLM"),
@@ -252,6 +253,10 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
             "AutoModel": family.remote_model,
             "AutoModelForCausalLM": family.remote_model,
         }
+        if entry.submodel is not None:  # a sub-model the constructor loads from a folder of its own
+            attribute, subfolder, field_name = entry.submodel
+            getattr(model, attribute).save_pretrained(str(folder / subfolder))
+            setattr(config, field_name, str((folder / subfolder).resolve()))
         config.save_pretrained(str(folder))
         if entry.config_json:  # what a config saved by an older transformers holds
             document = json.loads((folder / "config.json").read_text())

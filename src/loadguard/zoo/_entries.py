@@ -226,6 +226,17 @@ ENTRIES: dict[str, ZooEntry] = {
             failures=(("v4-rope-init-default", "KeyError: 'default'"),),
         ),
         ZooEntry(
+            "v4_nested_load",
+            "lgv4nested",
+            "(a) remote code that loads a pretrained trunk with AutoModel.from_pretrained inside its own __init__ (as "
+            "bi-encoders wrap a published model): transformers 5 builds the outer model on the meta device and refuses "
+            "the nested load; once constructed, its buffers are not rebuilt",
+            failure_mode="a",
+            expected=_TOY_NP,
+            submodel=("trunk", "trunk", "trunk_path"),
+            failures=(("v4-nested-from-pretrained", "RuntimeError: You are using `from_pretrained` with a meta device context manager or `torch.set_default_device('meta')`."),),
+        ),
+        ZooEntry(
             "device_picking",
             "lgdevice",
             "(a) remote code that builds every layer with device=config.init_device itself (OLMo-style): a weightless "

@@ -35,6 +35,9 @@ class ZooEntry:
     config_json: dict[str, Any] = field(default_factory=dict)
     """Keys its config.json holds as an older transformers wrote them."""
     config_json_drop: tuple[str, ...] = ()
+    submodel: tuple[str, str, str] | None = None
+    """(attribute, subfolder, config field): a sub-model saved with ``save_pretrained`` into a folder of its own, whose
+    path the config names (a constructor that loads it with ``from_pretrained``)."""
     config_after: dict[str, Any] = field(default_factory=dict)
     """Config fields set after the config is constructed (as transformers' own tests switch off a setting that a
     config's ``__init__`` forces): the model is built, and its config.json saved, with them."""
