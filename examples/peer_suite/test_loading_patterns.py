@@ -175,3 +175,34 @@ def test_a_model_that_really_loads_broken(tmp_path):
     folder = zoo.build("np_buffer", tmp_path / "np_buffer")
     model = load(transformers.AutoModelForCausalLM, folder, trust_remote_code=True)
     assert model.positions.table.shape == (64, 32)
+
+
+@pytest.mark.parametrize("head", ["T5ForSequenceClassification", "T5ForTokenClassification"])
+def test_a_tie_the_config_asks_for_and_the_checkpoint_declines(head, tmp_path):
+    """As transformers' own tests build them: T5's config ties embeddings whatever it is given, a test switches the
+    tie off afterwards, so the checkpoint holds three different tables; on reload transformers declines the tie and
+    keeps every table's value (only the outer model's tie list drops it, the nested encoder-decoder's keeps it)."""
+    cls = getattr(transformers, head)
+    config = transformers.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, num_labels=3)
+    config.tie_word_embeddings = False
+    model = build(cls, config)
+    model.save_pretrained(tmp_path)
+    assert same_state(model, load(cls, tmp_path))
+
+
+@pytest.mark.skipif(os.environ.get("LOADGUARD_PEER_BROKEN") != "1", reason="the positive side runs with LOADGUARD_PEER_BROKEN=1")
+def test_a_missing_scalar_nothing_initializes_loads_broken(tmp_path):
+    """CLIP's logit_scale absent from the checkpoint: transformers lists it as newly initialized, but CLIPModel's
+    _init_weights never writes it, so it keeps leftover memory. Its shape is right: this test passes without loadguard;
+    under the plugin, without poison, it must fail."""
+    from safetensors.torch import load_file, save_file
+
+    text = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=20,
+                bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
+    build(transformers.CLIPModel, transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)).save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["logit_scale"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    model, info = load(transformers.CLIPModel, tmp_path, output_loading_info=True)
+    assert "logit_scale" in info["missing_keys"] and model.logit_scale.shape == ()
