@@ -45,6 +45,7 @@ $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_zoo.py
 	$(BIN)/python benchmarks/bench_audit.py
+	$(BIN)/python benchmarks/bench_observed.py
 	$(BIN)/python benchmarks/bench_scan.py
 	$(BIN)/python benchmarks/bench_plugin.py
 	$(BIN)/python benchmarks/bench_matrix.py
