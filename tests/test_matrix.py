@@ -8,6 +8,7 @@ import os
 import pytest
 
 from loadguard import envs
+from loadguard.errors import InvalidOptionError
 from loadguard import matrix as matrix_module
 
 from .conftest import TRANSFORMERS_VERSION
@@ -130,3 +131,61 @@ def test_native_matrix_shows_only_what_a_release_changed(environment_cache, monk
     for verdicts in changed.values():
         assert set(verdicts) == {V4, V5} and len(set(verdicts.values())) == 2
     assert all(check["ok"] for check in document["selfchecks"].values())
+
+
+def test_a_version_string_never_becomes_a_path_outside_the_cache(tmp_path, monkeypatch, capsys):
+    """`--transformers "x/../../../../victim"` once built an environment path from the string and removed the folder it
+    resolved to; now a version is a PEP 440 version or a specifier, refused before any path exists."""
+    from loadguard.cli import main
+
+    cache, victim = tmp_path / "cache", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    monkeypatch.setenv("LOADGUARD_CACHE", str(cache))
+    depth = "/".join([".."] * (len(cache.parts) + 3))
+    for hostile in (f"x/{depth}{victim}", "../victim", "5.24.0/../../victim"):
+        with pytest.raises(SystemExit) as info:
+            main(["matrix", str(tmp_path), "--transformers", hostile])
+        assert info.value.code == 2
+        assert "is not a transformers version" in capsys.readouterr().err
+    assert (victim / "keep.txt").read_text() == "mine" and not cache.exists()
+    with pytest.raises(InvalidOptionError):
+        envs.environment("../victim")
+
+
+def test_deletes_and_records_stay_inside_their_root(tmp_path):
+    from loadguard._paths import inside, remove_tree, write_atomically
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "env").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    remove_tree(root, root / "link", "a link")  # unlinked, never followed
+    assert (outside / "keep.txt").exists() and not (root / "link").exists()
+    for escape in (root / ".." / "outside", root):
+        with pytest.raises(InvalidOptionError, match="outside"):
+            remove_tree(root, escape, "a folder")
+    assert (outside / "keep.txt").exists()
+    assert inside(root, root / "env", "x") == (root / "env").resolve()
+    write_atomically(root / "record.json", "{}")
+    assert (root / "record.json").read_text() == "{}" and [p.name for p in root.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_two_matrices_sharing_a_cache_at_the_same_time_both_finish(environment_cache, zoo_folder, tmp_path):
+    """Two processes, one cache, the same environment: each waits on the environment's lock, neither rebuilds or deletes
+    what the other uses, both give the same, correct cells."""
+    import subprocess
+    import sys
+
+    broken = str(zoo_folder("minicpmv_like"))
+    env = {**os.environ, "LOADGUARD_CACHE": str(environment_cache)}
+    command = [sys.executable, "-m", "loadguard", "matrix", broken, "--transformers", V5, "--trust-remote-code", "--workaround", "auto", "--format", "json"]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    results = [(run.wait(timeout=600), run.stdout.read()) for run in runs]
+    verdicts = []
+    for code, out in results:
+        assert code == 1, out[-2000:]
+        (cell,) = json.loads(out)["cells"]
+        verdicts.append(cell["verdict"])
+    assert verdicts == ["resampler.pos_embed (uninitialized)"] * 2

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._cache import cache_root
+from ._paths import inside, remove_tree, write_atomically
 from .errors import InvalidOptionError, LoadguardError
 
 RECIPE_VERSION = 3
@@ -141,22 +142,46 @@ def _recipe(version: str) -> dict:
     }
 
 
-def _folder(version: str) -> Path:
+def release(version: str) -> str:
+    """``version`` as an exact PEP 440 release (what an environment is named after), or :class:`InvalidOptionError`:
+    a version string never becomes a path unchecked."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Version(str(version).strip())
+    except InvalidVersion:
+        raise InvalidOptionError(f"{version!r} is not a transformers version", "e.g. 5.24.0, or a specifier such as '>=5,<5.25'") from None
+    return str(parsed)
+
+
+def _folder(version: str, recipe: dict) -> Path:
+    """One folder per (Python, torch, transformers version, recipe): two checkouts or loadguard versions sharing a cache
+    get folders of their own, so none rebuilds or deletes an environment another is using."""
+    import hashlib
+
     import torch
 
     tag = f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__.replace('+', '-')}"
-    return cache_root() / "envs" / tag / f"transformers-{version}"
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    root = cache_root() / "envs"
+    return inside(root, root / tag / f"transformers-{release(version)}-{digest}", f"the environment for transformers {version!r}")
 
 
 def environment(version: str, *, rebuild: bool = False) -> Environment:
-    """The environment for ``transformers==version``: reused from the cache, else created (under a lock)."""
+    """The environment for ``transformers==version``: reused from the cache, else created (under a lock per
+    environment, built in a temporary folder and renamed into place)."""
     from filelock import FileLock
 
-    folder = _folder(version)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    version = release(version)
+    recipe = _recipe(version)
+    folder = _folder(version, recipe)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise LoadguardError(f"cannot create the environment cache {folder.parent} ({error.strerror or error})",
+                             "set LOADGUARD_CACHE to a writable folder") from None
     with FileLock(str(folder) + ".lock"):
         stamp = folder / ".loadguard-env.json"
-        recipe = _recipe(version)
         if not rebuild and stamp.is_file():
             try:
                 recorded = json.loads(stamp.read_text())
@@ -170,29 +195,40 @@ def environment(version: str, *, rebuild: bool = False) -> Environment:
 
 
 def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environment:
+    """Build into a temporary folder beside ``folder``, then put it in place (under the environment's lock)."""
+    import os
+    import uuid
+
     start = time.perf_counter()
-    shutil.rmtree(folder, ignore_errors=True)
+    root = cache_root() / "envs"
+    building = folder.parent / f".{folder.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     uv = uv_binary()
     reason = ""
     override = folder.parent / f"{folder.name}.override.txt"
     override.write_text("torch; python_version < '0'\n")  # what needs torch gets the shared one: never a download
     steps = [
-        [uv, "venv", str(folder), "--python", sys.executable, "--quiet"],
+        [uv, "venv", str(building), "--python", sys.executable, "--quiet", "--relocatable"],
         # bytecode compiled at install: cells start without compiling transformers (PYTHONDONTWRITEBYTECODE may be set)
-        [uv, "pip", "install", "--python", str(folder / "bin" / "python"), "--quiet", "--compile-bytecode", "--override", str(override),
+        [uv, "pip", "install", "--python", str(building / "bin" / "python"), "--quiet", "--compile-bytecode", "--override", str(override),
          f"transformers=={version}", *recipe["requirements"]],
     ]
-    for command in steps:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=900)
-        if result.returncode != 0:
-            reason = _last_line(result.stderr or result.stdout) or f"{command[1]} failed ({result.returncode})"
-            break
+    try:
+        for command in steps:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+            if result.returncode != 0:
+                reason = _last_line(result.stderr or result.stdout) or f"{command[1]} failed ({result.returncode})"
+                break
+        if not reason:
+            site = subprocess.run(
+                [str(building / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+            ).stdout.strip()
+            _link_shared(building / "shared-torch")
+            Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(folder)) + "\n")  # the final place
+        remove_tree(root, folder, "an environment folder")  # a broken or rebuilt one of this very recipe, under its lock
+        building.rename(folder)
+    finally:
+        remove_tree(root, building, "an environment being built")
     if not reason:
-        site = subprocess.run(
-            [str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-        ).stdout.strip()
-        _link_shared(folder / "shared-torch")
-        Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(folder)) + "\n")
         probe = subprocess.run(
             [str(folder / "bin" / "python"), "-c", "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)"],
             capture_output=True, text=True, timeout=300,
@@ -202,8 +238,7 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
         elif probe.stdout.strip() != version:
             reason = f"the environment imports transformers {probe.stdout.strip()}, not {version}"
     seconds = time.perf_counter() - start
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"recipe_data": recipe, "ok": not reason, "reason": reason, "seconds": seconds}, indent=2))
+    write_atomically(stamp, json.dumps({"recipe_data": recipe, "ok": not reason, "reason": reason, "seconds": seconds}, indent=2))
     return Environment(version, folder, not reason, reason, created=True, seconds=seconds)
 
 

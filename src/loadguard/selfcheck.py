@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._cache import cache_root
+from ._paths import write_atomically
 from .errors import ScanError
 
 # (zoo entry, what it covers): every way a load goes wrong that a scan predicts, and a clean model
@@ -301,11 +302,7 @@ def run(scan: Callable[..., Any], *, record: bool = True) -> SelfCheck:
         cases = tuple(_case(name, covers, Path(workdir), scan) for name, covers in CASES)
     result = SelfCheck(version, torch_version, code_fingerprint(), cases, time.perf_counter() - start, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     if record:
-        path = record_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(result.to_dict(), indent=2))
-        temporary.replace(path)
+        write_atomically(record_path(), json.dumps(result.to_dict(), indent=2))
     return result
 
 
