@@ -85,3 +85,21 @@ def test_memory_limit_through_the_cli(zoo_folder, tmp_path, capsys):
     assert memory_limit("2GiB", 1, fleet=False) == 2 * 2**30 and memory_limit("none", 4, fleet=True) is None
     assert memory_limit("auto", 1, fleet=False) is None  # one model in this process: no limit unless asked
     assert 0 < memory_limit("auto", 4, fleet=True) < memory_limit("auto", 1, fleet=True)
+
+
+def test_one_model_whose_code_sleeps_ends_at_its_timeout(zoo_folder, tmp_path, capsys):
+    """A single scan runs in a child too: --timeout holds for one model, not only for fleets (it used to run until
+    killed from outside)."""
+    import time
+
+    from loadguard.cli import main
+
+    hang = _with_code(zoo_folder, tmp_path, "sleeps", "import time\ntime.sleep(600)")
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as info:
+        main(["scan", hang, "--trust-remote-code", "--timeout", "5"])
+    seconds = time.perf_counter() - start
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and seconds < 60, seconds
+    assert "Error: its scan did not finish: timed out after 5 s (killed)" in " ".join(err.split())
+    assert "raise --timeout (now 5 s)" in " ".join(err.split())

@@ -1,9 +1,9 @@
 """``loadguard scan PATH_OR_HUB_ID...``: predict what loading would get wrong, without weights; one model or a fleet.
 
-A fleet (several models, or ``--from FILE``) runs each model in a child forked for it alone from this process, which
+Each model (one, or a fleet: several, or ``--from FILE``) runs in a child forked for it alone from this process, which
 has imported torch, transformers and loadguard once (:mod:`loadguard._forks`, the pool the matrix uses too), so one
-model's remote code cannot leak into the next and a model costs its scan, not another import; ``--jobs`` at a time,
-``--timeout`` and ``--memory-limit`` per model.
+model's remote code cannot leak into the next, a model costs its scan, not another import, and a model's code that
+hangs or grows is stopped: ``--jobs`` at a time, ``--timeout`` and ``--memory-limit`` per model.
 """
 
 from __future__ import annotations
@@ -110,7 +110,13 @@ def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | No
         if outcome.ok:
             rows.append(outcome.value)
         else:
-            hint = OVER_MEMORY_HINT if "memory limit" in outcome.error else "scan it alone to see why (LOADGUARD_DEBUG=1); --timeout sets the limit per model"
+            if "memory limit" in outcome.error:
+                hint = OVER_MEMORY_HINT
+            elif "timed out" in outcome.error:
+                hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
+                        "lock, input) never finishes")
+            else:
+                hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
             rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": []})
     return rows
 
@@ -186,7 +192,7 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True,
               help="json: one JSON document per model per line.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a child process of its own).")
-@click.option("--timeout", type=click.FloatRange(1, None), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds one model's scan may take in a fleet (then it is a row saying so).")
+@click.option("--timeout", type=click.FloatRange(1, None), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds one model's scan may take (each model runs in a child process; past it, the child is killed and its row says so).")
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
                    "shared among --jobs in a fleet, none for one model.")
@@ -221,9 +227,11 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         "workarounds": list(workarounds),
         "workaround_files": [str(Path(f).resolve()) for f in workarounds_from],
     }
-    if not fleet and limit is None:
+    from .. import _forks
+
+    if not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
         rows = [_result(targets[0], options)]
-    else:  # one model under a memory limit too: a child of its own, which the limit can stop
+    else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
         rows = scan_fleet(targets, options, jobs, timeout, limit)
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
@@ -231,8 +239,9 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
             emit(json.dumps(row, sort_keys=False))
     elif fmt == "markdown":
         emit(_markdown(rows))
-    elif len(rows) == 1 and scanned:
-        print_scan(rows[0])
+    elif len(rows) == 1:
+        if scanned:  # one model that could not be scanned: only the Error/Hint lines below
+            print_scan(rows[0])
     else:
         from rich.table import Table
 
