@@ -4,7 +4,6 @@ headers, locally or by HTTP range reads; a ``.bin`` index names keys only)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,11 +53,19 @@ def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *
 
 
 def _local_header(folder: Path) -> tuple[dict | None, str | None]:
-    """Keys, shapes and dtypes of a local checkpoint, read from its safetensors headers only; a ``.bin`` index
-    gives the keys (shapes then come from the model itself)."""
-    from .checkpoint import BIN_INDEX, Checkpoint
+    """Keys, shapes and dtypes of a local checkpoint, read from its safetensors headers, or from a ``.bin``
+    checkpoint's pickle without loading its data (:mod:`loadguard._bin_header`): never a weight byte."""
+    from ._bin_header import bin_header
+    from .checkpoint import BIN_INDEX, BIN_SINGLE, SAFETENSORS_INDEX, SAFETENSORS_SINGLE, Checkpoint, _index_files
     from .errors import CheckpointError
 
+    if not any((folder / name).is_file() for name in (SAFETENSORS_INDEX, SAFETENSORS_SINGLE)):
+        files = _index_files(folder / BIN_INDEX) if (folder / BIN_INDEX).is_file() else [folder / BIN_SINGLE] if (folder / BIN_SINGLE).is_file() else []
+        if files:
+            shapes: dict = {}
+            for file in files:
+                shapes.update(bin_header(file))
+            return shapes, str(folder / BIN_INDEX) if len(files) > 1 or (folder / BIN_INDEX).is_file() else str(files[0])
     try:
         checkpoint = Checkpoint.open(folder)
     except CheckpointError as error:
@@ -70,9 +77,6 @@ def _local_header(folder: Path) -> tuple[dict | None, str | None]:
             return {key: (checkpoint.shape(key), checkpoint.dtype(key)) for key in checkpoint.keys()}, str(checkpoint.path)
     finally:
         checkpoint.close()
-    index = folder / BIN_INDEX
-    if index.is_file():
-        return {key: None for key in json.loads(index.read_text())["weight_map"]}, str(index)
     return None, None
 
 

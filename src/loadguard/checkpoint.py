@@ -71,16 +71,20 @@ class _SafetensorsFile:
             ) from None
         data_start = 8 + length
         self.locations: dict[str, _Location] = {}
-        self.metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(header, dict):
+            raise _corrupt(path, "the header is not a JSON object")
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise _corrupt(path, "its __metadata__ is not a map of strings to strings (safetensors refuses such a file)")
+        self.metadata = metadata
         for key, info in header.items():
             try:
                 begin, end = info["data_offsets"]
                 dtype_name, shape = info["dtype"], tuple(info["shape"])
+                if not all(type(v) is int and v >= 0 for v in (begin, end, *shape)) or begin > end:
+                    raise ValueError
             except (KeyError, TypeError, ValueError):
-                raise CheckpointError(
-                    f"{path}: the header entry for {key!r} is malformed",
-                    "the file is corrupt: download or save the checkpoint again",
-                ) from None
+                raise _corrupt(path, f"the header entry for {key!r} is malformed (offsets and shape must be non-negative integers)") from None
             if data_start + end > size:
                 raise CheckpointError(
                     f"{path} is truncated: {key!r} ends at byte {data_start + end} but the file has {size}",
@@ -92,7 +96,20 @@ class _SafetensorsFile:
                     f"{path}: {key!r} has dtype {dtype_name}, which this torch cannot represent",
                     "upgrade torch or audit without the checkpoint (checkpoint=False)",
                 )
+            numel = 1
+            for dim in shape:
+                numel *= dim
+            if end - begin != numel * torch.empty((), dtype=dtype).element_size():
+                raise _corrupt(path, f"{key!r} spans {end - begin} bytes, but {dtype_name} of shape {list(shape)} takes {numel * torch.empty((), dtype=dtype).element_size()}")
             self.locations[key] = _Location(path, dtype, shape, data_start + begin, data_start + end)
+        # as safetensors itself requires: the tensors tile the data exactly, in order, to the end of the file
+        reached = data_start
+        for location in sorted(self.locations.values(), key=lambda item: (item.start, item.end)):
+            if location.start != reached:
+                raise _corrupt(path, f"tensor data {'overlaps' if location.start < reached else 'leaves a gap'} at byte {min(location.start, reached)}")
+            reached = location.end
+        if reached != size:
+            raise _corrupt(path, f"the tensors end at byte {reached} but the file has {size}")
         self._map: mmap.mmap | None = None
 
     def view(self, location: _Location) -> torch.Tensor:
@@ -237,6 +254,10 @@ class Checkpoint:
         return f"Checkpoint({str(self.path)!r}, format={self.format!r}, files={len(self.files)})"
 
 
+def _corrupt(path: Path, what: str) -> CheckpointError:
+    return CheckpointError(f"{path} is corrupt: {what}", "download or save the checkpoint again")
+
+
 def _index_files(index_path: Path) -> list[Path]:
     try:
         index = json.loads(index_path.read_text())
@@ -247,6 +268,13 @@ def _index_files(index_path: Path) -> list[Path]:
             f"{index_path} is not a valid checkpoint index ({type(error).__name__}: {error})",
             "the index is corrupt: download or save the checkpoint again",
         ) from None
+    outside = next((shard for shard in shards if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard), None)
+    if outside is not None:
+        raise CheckpointError(
+            f"{index_path.name} names shard {outside!r}, which is not a file name in {index_path.parent}: refused (an index only "
+            "names files beside it)",
+            "the index is corrupt or hostile: download or save the checkpoint again",
+        )
     files = [index_path.parent / shard for shard in shards]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
