@@ -361,3 +361,28 @@ def test_an_auto_map_naming_only_a_removed_auto_class(run, zoo_folder, tmp_path)
     assert sorted(f["tensor"] for f in document["findings"] if f["status"] == "uninitialized") == sorted(f.tensor for f in zoo.get("np_buffer").expected_for(2))
     code, out, err = run("scan", str(folder), "--trust-remote-code", "--workaround", "auto", "--format", "json")
     assert code == 1 and json.loads(out)["scanned"]
+
+
+@pytest.mark.parametrize("command", [["audit"], ["scan"], ["matrix"], ["workarounds", "list"]])
+def test_workarounds_from_runs_no_code_for_help_or_a_usage_error(command, tmp_path, capsys):
+    """An option that executes a file acts only when the command runs: `--workarounds-from FILE --help` used to execute
+    FILE before printing the help."""
+    from loadguard.cli import main
+
+    marker = tmp_path / "ran"
+    code_file = tmp_path / "mine.py"
+    code_file.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    for extra in (["--help"], ["--no-such-option"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--workarounds-from", str(code_file), *extra])
+    capsys.readouterr()
+    assert not marker.exists()
+
+
+def test_a_matrix_cell_passes_the_model_after_double_dash(tmp_path):
+    from loadguard import matrix as matrix_module
+
+    for full in (False, True):
+        arguments = matrix_module._arguments("-looks-like-an-option", full, ["--trust-remote-code", "--timeout", "5", "--memory-limit", "auto"])
+        assert arguments[-2:] == ["--", "-looks-like-an-option"]
+        assert ("--timeout" in arguments) is (not full)  # an audit cell takes no scan limits

@@ -164,9 +164,10 @@ class _Worker:
 
 
 def _arguments(model: str, full: bool, options: list[str]) -> list[str]:
+    """A cell's command: options first, then ``--`` and the model, so a model path that starts with '-' is a path."""
     if full:
-        return ["audit", model, "--format", "json", *(o for o in options if not o.startswith("--keys"))]
-    return ["scan", model, "--format", "json", *options]
+        return ["audit", "--format", "json", *(o for o in options if not o.startswith(("--keys", "--timeout", "--memory-limit"))), "--", model]
+    return ["scan", "--format", "json", *options, "--", model]
 
 
 def _cell(model: str, version: str, full: bool, result: dict, seconds: float) -> Cell:
@@ -230,13 +231,14 @@ def run(
     auto_class: str | None = None,
     keys: str = "auto",
     jobs: int = 1,
+    limits: Sequence[str] = (),
 ) -> Matrix:
     """Every model under every version; environments created (or reused) first, then each environment's cells
     through its worker, ``jobs`` environments at a time."""
     start = time.perf_counter()
     environments = [envs.environment(v) for v in versions]
     built = time.perf_counter() - start
-    per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
+    per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) + list(limits) for m in models}
     start = time.perf_counter()
     checks: dict = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # the work is in subprocesses: threads only wait
