@@ -213,3 +213,15 @@ def test_a_bin_claiming_more_than_it_holds_is_refused_in_bounded_memory(zoo_fold
     _, code, base, children = line.split()
     assert code == "2" and ("reaches past its storage" in result.stderr or "not a plain state dict" in result.stderr), result.stderr[-1500:]
     assert int(children) < int(base) + 500 * 1024, (base, children)  # kB: the scan's child added under 500 MB
+
+
+@pytest.mark.parametrize("command", [["scan", "--trust-remote-code"], ["selfcheck"]])
+def test_a_cache_that_is_a_file_is_one_line_not_an_unexpected_error(zoo_folder, tmp_path, command):
+    cache = tmp_path / "cache-is-a-file"
+    cache.write_text("not a folder")
+    arguments = [sys.executable, "-m", "loadguard", *command] + ([str(zoo_folder("clean"))] if command[0] == "scan" else [])
+    result = subprocess.run(arguments, capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "LOADGUARD_CACHE": str(cache)})
+    assert result.returncode == 2, result.stderr[-1500:]
+    assert "is not a writable folder" in result.stderr and "unexpected" not in result.stderr
+    assert "Hint: set LOADGUARD_CACHE to a writable folder" in result.stderr
+    assert cache.read_text() == "not a folder"

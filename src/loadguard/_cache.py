@@ -12,3 +12,22 @@ def cache_root() -> Path:
     if os.environ.get("LOADGUARD_CACHE"):
         return Path(os.environ["LOADGUARD_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loadguard"
+
+
+def folder(*parts: str) -> Path:
+    """The cache folder ``parts`` (created): one line saying what is wrong when it cannot be (the cache root is a
+    file, or not writable)."""
+    from .errors import LoadguardError
+
+    path = cache_root().joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".loadguard-write-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise LoadguardError(
+            f"loadguard's cache {path} is not a writable folder ({error.strerror or error})",
+            "set LOADGUARD_CACHE to a writable folder (default: ~/.cache/loadguard)",
+        ) from None
+    return path

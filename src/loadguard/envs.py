@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._cache import cache_root
+from ._cache import cache_root, folder as cache_folder
 from ._paths import inside, remove_tree, write_atomically
 from .errors import InvalidOptionError, LoadguardError
 
@@ -175,11 +175,7 @@ def environment(version: str, *, rebuild: bool = False) -> Environment:
     version = release(version)
     recipe = _recipe(version)
     folder = _folder(version, recipe)
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise LoadguardError(f"cannot create the environment cache {folder.parent} ({error.strerror or error})",
-                             "set LOADGUARD_CACHE to a writable folder") from None
+    cache_folder(*folder.parent.relative_to(cache_root()).parts)  # one line when the cache is not a writable folder
     with FileLock(str(folder) + ".lock"):
         stamp = folder / ".loadguard-env.json"
         if not rebuild and stamp.is_file():

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._cache import cache_root
+from ._cache import folder as cache_folder
 from ._paths import write_atomically
 from .errors import ScanError
 
@@ -142,7 +142,7 @@ def code_fingerprint() -> str:
 
 
 def _folder() -> Path:
-    return cache_root() / "selfcheck"
+    return cache_folder("selfcheck")
 
 
 def record_path() -> Path:
