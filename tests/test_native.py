@@ -122,3 +122,24 @@ def _differential(tmp_path, wanted: int, stride: int | None) -> None:
         assert expected == audited, candidate.label
         agreed.append(candidate.label)
     assert len(agreed) >= wanted - (2 if wanted > 10 else 0), (len(agreed), tried)
+
+
+def test_match_takes_globs_and_substrings_as_users_type_them():
+    from loadguard.native import classes, matches
+
+    assert matches("LlamaForCausalLM", "ForCausalLM") and matches("LlamaForCausalLM", "*ForCausalLM")
+    assert not matches("LlamaModel", "ForCausalLM") and not matches("LlamaForCausalLM", "ForCausalLM*")
+    causal = {c.class_name for c in classes("ForCausalLM")}
+    assert causal == {c.class_name for c in classes("*ForCausalLM*")} and "LlamaForCausalLM" in causal and len(causal) > 100
+
+
+def test_env_names_the_torch_build(capsys):
+    import torch
+
+    from loadguard.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["env"])
+    out = capsys.readouterr().out
+    build = "CUDA " + torch.version.cuda if torch.version.cuda else "CPU"
+    assert f"- torch build: {torch.__version__} ({build})" in out

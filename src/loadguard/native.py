@@ -35,8 +35,9 @@ class NativeClass:
 
 
 def classes(match: str | None = None, *, tasks: str | None = None) -> list[NativeClass]:
-    """Every (model type, class) of the installed transformers' auto mappings; ``match`` a glob on the class name or
-    model type (``*ForCausalLM``, ``llama*``), ``tasks`` a glob on the mapping (``*CAUSAL_LM*``)."""
+    """Every (model type, class) of the installed transformers' auto mappings; ``match`` a glob or a substring of the
+    class name or model type (``*ForCausalLM``, ``llama*``, ``ForCausalLM``), ``tasks`` a glob on the mapping
+    (``*CAUSAL_LM*``)."""
     import transformers.models.auto.modeling_auto as auto
 
     found: dict[tuple[str, str], set[str]] = {}
@@ -51,8 +52,16 @@ def classes(match: str | None = None, *, tasks: str | None = None) -> list[Nativ
                     found.setdefault((model_type, class_name), set()).add(mapping_name)
     out = [NativeClass(model_type, name, tuple(sorted(where))) for (model_type, name), where in sorted(found.items(), key=lambda item: (item[0][1], item[0][0]))]
     if match:
-        out = [c for c in out if fnmatch.fnmatch(c.class_name, match) or fnmatch.fnmatch(c.model_type, match)]
+        out = [c for c in out if matches(c.class_name, match) or matches(c.model_type, match)]
     return out
+
+
+def matches(name: str, pattern: str) -> bool:
+    """``pattern`` as users type it: a glob (``*ForCausalLM``, ``llama*``), or, without glob characters, a substring
+    (``ForCausalLM``)."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatch(name, pattern)
+    return pattern in name
 
 
 def shrink(config: Any) -> list[str]:

@@ -78,6 +78,8 @@ def env(fmt):
     try:
         import torch
 
+        # the build, not only the distribution's version: 2.14.1+cu130 and 2.14.1+cpu behave differently (memory, kernels)
+        versions["torch build"] = f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'})"
         versions["cuda"] = torch.version.cuda if torch.cuda.is_available() else "not available"
     except Exception:
         versions["cuda"] = "unknown"

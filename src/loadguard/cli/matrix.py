@@ -65,7 +65,7 @@ def _markdown(matrix) -> str:
 @workarounds_from_option(expose=True)
 @click.option("--bisect", nargs=2, default=None, metavar="LOW HIGH", help="The first version between LOW and HIGH at which each model's verdict changes.")
 @click.option("--native", is_flag=True, help="Every class each release's auto mappings register (no PATH): only the classes whose verdict differs between the versions.")
-@click.option("--match", default=None, metavar="GLOB", help="With --native: only classes or model types matching.")
+@click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring.")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Cells at once (each a fresh interpreter).")

@@ -197,7 +197,7 @@ def _markdown(rows: list[dict]) -> str:
               help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
                    "shared among --jobs in a fleet, none for one model.")
 @click.option("--native", is_flag=True, help="Scan every model class the installed transformers registers in its auto mappings (no PATH).")
-@click.option("--match", default=None, metavar="GLOB", help="With --native: only classes or model types matching (e.g. '*ForCausalLM', 'llama*').")
+@click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring (e.g. '*ForCausalLM', 'llama*', ForCausalLM).")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
 @click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="As from_pretrained's; a scan predicts a load on one device (offloading is not simulated).")
 @click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
