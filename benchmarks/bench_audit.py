@@ -29,7 +29,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 import loadguard
 from loadguard.audit import audit
 from loadguard import checks
-from loadguard.checkpoint import Checkpoint, map_keys
+from loadguard.checkpoint import Checkpoint
+from loadguard.keymap import map_keys
 from loadguard.inventory import Inventory
 from loadguard.reference import build_reference, clear_cache
 

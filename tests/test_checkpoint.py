@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from loadguard.checkpoint import Checkpoint, map_keys
+from loadguard.checkpoint import Checkpoint
+from loadguard.keymap import map_keys
 from loadguard.errors import CheckpointError
 
 TENSORS = {

@@ -14,7 +14,8 @@ from torch import nn
 
 from . import checks
 from . import ties as tie_module
-from .checkpoint import Checkpoint, KeyMap, map_keys
+from .checkpoint import Checkpoint
+from .keymap import KeyMap, map_keys
 from .checks import Check
 from .errors import LoadguardError
 from ._pages import PageOracle

@@ -298,5 +298,3 @@ def _load_bin(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path} does not hold a flat state dict of tensors", "save it with model.save_pretrained")
     return state
 
-
-from .keymap import KeyMap, map_keys  # noqa: E402,F401  (checkpoint.map_keys: the public name since 0.1)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
+
+class _Keys(Protocol):
+    """What a key map needs of a checkpoint (:class:`loadguard.checkpoint.Checkpoint` is one): its keys."""
+
+    def keys(self) -> list[str]: ...
 
 
 
@@ -27,7 +30,7 @@ class KeyMap:
     unexpected: tuple[str, ...]
 
 
-def map_keys(model: torch.nn.Module, checkpoint: Checkpoint, model_names: list[str]) -> KeyMap:
+def map_keys(model: torch.nn.Module, checkpoint: _Keys, model_names: list[str]) -> KeyMap:
     """Map checkpoint keys onto ``model_names`` the way transformers renames them on load.
 
     Uses the renamings transformers exposes (v5 weight conversions, v4 ``_checkpoint_conversion_mapping``,

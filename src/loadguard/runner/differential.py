@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from .. import _hf
-from ..checkpoint import Checkpoint, map_keys
+from ..checkpoint import Checkpoint
+from ..keymap import map_keys
 from ..errors import CheckpointError
 
 
