@@ -383,6 +383,6 @@ def test_a_matrix_cell_passes_the_model_after_double_dash(tmp_path):
     from loadguard import matrix as matrix_module
 
     for full in (False, True):
-        arguments = matrix_module._arguments("-looks-like-an-option", full, ["--trust-remote-code", "--timeout", "5", "--memory-limit", "auto"])
-        assert arguments[-2:] == ["--", "-looks-like-an-option"]
-        assert ("--timeout" in arguments) is (not full)  # an audit cell takes no scan limits
+        arguments = matrix_module._arguments("-looks-like-an-option", full, ["--trust-remote-code", "--keys=auto"])
+        assert arguments[-2:] == ["--", "-looks-like-an-option"] and arguments[0] == ("audit" if full else "scan")
+        assert ("--keys=auto" in arguments) is (not full)

@@ -189,3 +189,22 @@ def test_two_matrices_sharing_a_cache_at_the_same_time_both_finish(environment_c
         (cell,) = json.loads(out)["cells"]
         verdicts.append(cell["verdict"])
     assert verdicts == ["resampler.pos_embed (uninitialized)"] * 2
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_cell_whose_code_sleeps_ends_at_the_timeout(environment_cache, zoo_folder, tmp_path, monkeypatch, capsys, full):
+    """Matrix cells had no timeout: a scan cell and a --full audit cell now run in a child the worker kills."""
+    import shutil
+
+    from loadguard.cli import main
+
+    folder = tmp_path / "sleeps"
+    shutil.copytree(zoo_folder("clean"), folder)
+    with open(folder / "modeling_lgtoy.py", "a") as handle:
+        handle.write("\nimport time\ntime.sleep(600)\n")
+    monkeypatch.setenv("LOADGUARD_CACHE", str(environment_cache))
+    args = ["matrix", str(folder), "--transformers", V5, "--trust-remote-code", "--timeout", "5", "--format", "json"] + (["--full"] if full else [])
+    with pytest.raises(SystemExit):
+        main(args)
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    assert cell["status"] == "error" and "timed out after 5 s" in cell["error"], cell

@@ -37,11 +37,14 @@ def _command(arguments: list[str]) -> dict:
         return {"returncode": code, "stdout": out.read(), "stderr": err.read()}
 
 
-def _run(arguments: list[str]) -> dict:
-    """A cell in a child forked for it alone (:mod:`loadguard._forks`, the pool scan fleets use too)."""
+def _run(message: list[str] | dict) -> dict:
+    """A cell in a child forked for it alone (:mod:`loadguard._forks`, the pool scan fleets use too), killed past its
+    ``timeout`` (seconds) or ``memory_limit`` (bytes the child adds), when the message gives them."""
     from loadguard import _forks
 
-    (outcome,) = _forks.run(_command, [arguments])
+    if isinstance(message, list):  # a bare command line
+        message = {"arguments": message}
+    (outcome,) = _forks.run(_command, [message["arguments"]], timeout=message.get("timeout"), memory_limit=message.get("memory_limit"))
     if outcome.ok:
         return outcome.value
     return {"returncode": 2, "stdout": "", "stderr": f"Error: the cell's process failed: {outcome.error}\n"}

@@ -151,8 +151,9 @@ class _Worker:
             lines = [line for line in self._stderr.read().splitlines() if line.strip()]
             raise RuntimeError(lines[-1] if lines else "the cell worker did not start")
 
-    def run(self, arguments: list[str]) -> dict:
-        self.process.stdin.write(json.dumps(arguments) + "\n")
+    def run(self, arguments: list[str], limits: dict | None = None) -> dict:
+        """One cell; ``limits``: ``{"timeout": seconds, "memory_limit": bytes}`` for the child that runs it."""
+        self.process.stdin.write(json.dumps({"arguments": arguments, **(limits or {})}) + "\n")
         self.process.stdin.flush()
         return json.loads(self.process.stdout.readline())
 
@@ -166,7 +167,7 @@ class _Worker:
 def _arguments(model: str, full: bool, options: list[str]) -> list[str]:
     """A cell's command: options first, then ``--`` and the model, so a model path that starts with '-' is a path."""
     if full:
-        return ["audit", "--format", "json", *(o for o in options if not o.startswith(("--keys", "--timeout", "--memory-limit"))), "--", model]
+        return ["audit", "--format", "json", *(o for o in options if not o.startswith("--keys")), "--", model]
     return ["scan", "--format", "json", *options, "--", model]
 
 
@@ -196,7 +197,7 @@ def _selfcheck(worker: _Worker) -> dict:
     return {"ok": document["ok"], "seconds": document["seconds"], "cached": document["cached"], "differing": differing}
 
 
-def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], full: bool, checks: dict | None = None) -> list[Cell]:
+def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], full: bool, checks: dict | None = None, limits: dict | None = None) -> list[Cell]:
     """Cells ``(model, options)`` of one environment, through one worker; in scan mode the scan's self-check runs
     there first (into ``checks``), and a failed one is every cell's error (the scans refuse there)."""
     if not environment.ok:
@@ -213,7 +214,7 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
                 checks[environment.version] = check
         for model, options in cells:
             start = time.perf_counter()
-            result = worker.run(_arguments(model, full, options))
+            result = worker.run(_arguments(model, full, options), limits)
             out.append(_cell(model, environment.version, full, result, time.perf_counter() - start))
     finally:
         worker.close()
@@ -231,18 +232,18 @@ def run(
     auto_class: str | None = None,
     keys: str = "auto",
     jobs: int = 1,
-    limits: Sequence[str] = (),
+    limits: dict | None = None,
 ) -> Matrix:
     """Every model under every version; environments created (or reused) first, then each environment's cells
     through its worker, ``jobs`` environments at a time."""
     start = time.perf_counter()
     environments = [envs.environment(v) for v in versions]
     built = time.perf_counter() - start
-    per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) + list(limits) for m in models}
+    per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
     start = time.perf_counter()
     checks: dict = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # the work is in subprocesses: threads only wait
-        results = list(pool.map(lambda e: _run_in(e, [(m, per_model[m]) for m in models], full, checks), environments))
+        results = list(pool.map(lambda e: _run_in(e, [(m, per_model[m]) for m in models], full, checks, limits), environments))
     by_pair = {(c.model, c.transformers): c for cells in results for c in cells}
     cells = [by_pair[(m, e.version)] for m in models for e in environments]
     names = tuple(w for w in workarounds if w != "auto")

@@ -70,9 +70,9 @@ def _markdown(matrix) -> str:
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Cells at once (each a fresh interpreter).")
 @click.option("--timeout", type=click.FloatRange(1, None), default=900.0, show_default=True,
-              help="Seconds one cell's scan may take (it runs in a child process, killed past it; its cell says so). Scan cells.")
+              help="Seconds one cell may take (it runs in a child process, killed past it; its cell says so).")
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
-              help="Memory one cell's scan may add (e.g. 4GB); past it, its cell says so. Scan cells.")
+              help="Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs.")
 def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, native, match, tasks, fmt, jobs, timeout, memory):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
 
@@ -80,6 +80,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     """
     from .. import matrix as matrix_module
     from ..errors import InvalidOptionError
+    from .scan import memory_limit
 
     if native:
         return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs)
@@ -116,7 +117,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     with progress(f"Preparing {len(versions)} environment(s) and {len(versions) * len(paths)} cell(s)", after=0.5):
         result = matrix_module.run(
             list(paths), versions, full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code,
-            auto_class=auto_class, keys=keys, jobs=jobs, limits=["--timeout", f"{timeout:g}", "--memory-limit", memory],
+            auto_class=auto_class, keys=keys, jobs=jobs, limits={"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)},
         )
     if fmt == "json":
         emit(json.dumps(result.to_dict(), indent=2))
