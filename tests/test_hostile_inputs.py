@@ -225,3 +225,25 @@ def test_a_cache_that_is_a_file_is_one_line_not_an_unexpected_error(zoo_folder, 
     assert "is not a writable folder" in result.stderr and "unexpected" not in result.stderr
     assert "Hint: set LOADGUARD_CACHE to a writable folder" in result.stderr
     assert cache.read_text() == "not a folder"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(index=st.one_of(
+    st.dictionaries(st.text(max_size=8), st.one_of(st.text(max_size=12), st.integers(), st.none(), st.lists(st.text(max_size=4), max_size=2)), max_size=4).map(lambda m: {"weight_map": m}),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=6)), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8),
+))
+def test_any_index_is_a_checkpoint_or_one_checkpoint_error_and_reads_nothing_outside(index, tmp_path_factory):
+    root = tmp_path_factory.mktemp("index")
+    folder = root / "model"
+    folder.mkdir()
+    (root / "secret.safetensors").write_bytes(b"outside the model folder")
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    before = _tree(root)
+    try:
+        checkpoint = Checkpoint.open(folder)
+    except CheckpointError as error:
+        assert error.message and error.hint and "outside the model folder" not in error.message
+    else:
+        assert all(file.parent == folder for file in checkpoint.files)
+        checkpoint.close()
+    assert _tree(root) == before

@@ -268,8 +268,9 @@ def _index_files(index_path: Path) -> list[Path]:
             f"{index_path} is not a valid checkpoint index ({type(error).__name__}: {error})",
             "the index is corrupt: download or save the checkpoint again",
         ) from None
-    outside = next((shard for shard in shards if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard), None)
-    if outside is not None:
+    outside = [shard for shard in shards if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard]
+    if outside:
+        outside = outside[0]
         raise CheckpointError(
             f"{index_path.name} names shard {outside!r}, which is not a file name in {index_path.parent}: refused (an index only "
             "names files beside it)",
