@@ -90,5 +90,6 @@ def pytest_unconfigure(config):
         processes = dict(session.workers)
         if session.results or not processes:
             processes["main"] = session.results
-        with open(session.record_path, "w") as handle:
-            json.dump({"processes": processes}, handle, indent=2)
+        from .._paths import write_atomically
+
+        write_atomically(session.record_path, json.dumps({"processes": processes}, indent=2))  # two runs never mix their halves

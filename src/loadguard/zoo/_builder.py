@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -300,6 +299,8 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
             )
             _write_json(folder / "processor_config.json", {"auto_map": auto_map, "processor_class": family.processor})
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        from .._paths import remove_tree
+
+        remove_tree(folder.parent, folder, "the zoo folder being built")  # only the folder this call created
         raise
     return folder
