@@ -374,3 +374,33 @@ def test_without_poison_a_missing_scalar_transformers_calls_initialized_fails(py
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "logit_scale (uninitialized)" in out
+
+
+def test_repeat_keeps_node_ids_and_fingerprints_a_failure_by_what_it_is(pytester, capsys):
+    """Parametrized ids with brackets, dashes, spaces and '::' come back whole; a failure whose message changes every
+    run (an address, a leftover value) has one fingerprint: its type, where it was raised, what the loads got wrong."""
+    from loadguard.cli import main
+
+    pytester.makepyfile(
+        test_ids="""
+        import random
+        import pytest
+
+        @pytest.mark.parametrize("case", ["case-1", "a b", "x::y", "[z]"])
+        def test_ids(case):
+            pass
+
+        def test_fails_with_a_new_message_each_run():
+            raise AssertionError(f"leftover value {random.random()} at 0x{random.getrandbits(48):x}")
+        """
+    )
+    with pytest.raises(SystemExit):
+        main(["repeat", "-n", "3", "--format", "json", "--", str(pytester.path)])
+    tests = json.loads(capsys.readouterr().out)["tests"]
+    names = sorted(nodeid.partition("::")[2] for nodeid in tests)
+    assert names == sorted(["test_fails_with_a_new_message_each_run"] + [f"test_ids[{c}]" for c in ("case-1", "a b", "x::y", "[z]")])
+    failing = next(t for nodeid, t in tests.items() if nodeid.endswith("each_run"))
+    assert failing["passed"] == 0 and failing["distinct_outcomes"] == 1 and len(set(failing["fingerprints"])) == 1
+    from loadguard.cli.repeat import test_name
+
+    assert test_name("tests/test_ids.py::TestA::test_ids[x::y]") == "TestA::test_ids[x::y]"

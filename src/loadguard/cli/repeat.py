@@ -24,6 +24,13 @@ import click
 from ._common import ExitCode, emit, progress, stderr, stdout
 
 
+def test_name(nodeid: str) -> str:
+    """The test's part of a pytest node id, as pytest wrote it: everything after the file (classes, the function and
+    its parameters, brackets, dashes, spaces and '::' inside them untouched)."""
+    file, separator, rest = nodeid.partition("::")
+    return rest if separator else nodeid
+
+
 def _first_difference(tokens_a: list, tokens_b: list) -> tuple[int, int] | None:
     """(prompt, token position) of the first differing token between two runs' outputs."""
     for prompt, (a, b) in enumerate(zip(tokens_a, tokens_b)):
@@ -151,7 +158,7 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
         for nodeid, t in tests.items():
             token = t["first_differing_token"]
             table.add_row(
-                nodeid.split("::")[-1],
+                test_name(nodeid),
                 f"{t['passed']}/{t['runs']}",
                 str(t["distinct_outcomes"]),
                 "-" if t["first_differing_run"] is None else str(t["first_differing_run"]),
@@ -162,7 +169,7 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
         out.print(table)
         for nodeid, t in tests.items():
             for finding in t["findings"]:
-                out.print(f"{nodeid.split('::')[-1]}: loadguard found {finding}", highlight=False)
+                out.print(f"{test_name(nodeid)}: loadguard found {finding}", highlight=False)
         verdict = "stable: every run passed" if flawless else (
             "flaky: outcomes differ between runs" if any(t["distinct_outcomes"] > 1 for t in tests.values()) else "failing the same way every run"
         )

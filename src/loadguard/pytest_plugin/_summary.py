@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ._state import PATH, current_session
+from ._state import current_session
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
@@ -42,6 +42,21 @@ def fingerprint(comparisons: list) -> tuple[str | None, list]:
     return digest.hexdigest()[:16], tokens
 
 
+def failure_fingerprint(outcome: str, excinfo, findings: list[str]) -> str:
+    """What identifies a failure across runs and machines: the outcome, the exception's type, where it was raised (file
+    name and line) and the tensors the test's loads got wrong; never its message (addresses, timings, leftover values
+    and temporary paths differ from run to run)."""
+    where, kind = "", ""
+    if excinfo is not None:
+        kind = excinfo.type.__name__
+        try:
+            entry = excinfo.traceback[-1]
+            where = f"{str(entry.path).rsplit('/', 1)[-1]}:{entry.lineno + 1}"  # the file's name: temp folders differ
+        except (IndexError, AttributeError):
+            where = ""
+    return hashlib.sha256(json.dumps([outcome, kind, where, findings]).encode()).hexdigest()[:16]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -65,9 +80,10 @@ def pytest_runtest_makereport(item, call):
         message = ""
         if report.failed:
             message = str(getattr(call.excinfo, "value", "")).strip().splitlines()[0][:300] if call.excinfo else "failed"
+        findings = sorted(f"{f.tensor}:{f.status}" for r, _ in (record.loads if record else []) for f in r.failures)
         session.results[item.nodeid] = {
             "outcome": report.outcome,
-            "fingerprint": digest or hashlib.sha256(f"{report.outcome}:{PATH.sub('<path>', message)}".encode()).hexdigest()[:16],
+            "fingerprint": digest or failure_fingerprint(report.outcome, call.excinfo if report.failed else None, findings),
             "from_outputs": digest is not None,
             "tokens": tokens,
             "message": message,
@@ -109,4 +125,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"  stale workaround {name}: {detail}")
 
 
-__all__ = ["fingerprint", "pytest_runtest_makereport", "pytest_runtest_protocol", "pytest_terminal_summary"]
+__all__ = ["failure_fingerprint", "fingerprint", "pytest_runtest_makereport", "pytest_runtest_protocol", "pytest_terminal_summary"]
