@@ -115,6 +115,11 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
             table[entry.attribute] = inventory.tensor(source)
     after = audit(model, checkpoint if checkpoint is not None else False, reference=reference)
     repaired = tuple(name for plan in plans for name in plan.names) + tuple(target for target, _ in retie)
+    if repaired:  # the re-audit says how the model got the values it now holds
+        import dataclasses
+
+        shown = ", ".join(repaired[:5]) + (f" and {len(repaired) - 5} more" if len(repaired) > 5 else "")
+        after = dataclasses.replace(after, method="; ".join(filter(None, (after.method, f"repaired by loadguard.repair: {shown}"))))
     return RepairResult(repaired=repaired, unrepaired=tuple(unrepaired), before=report, after=after)
 
 

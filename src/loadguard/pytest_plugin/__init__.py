@@ -30,7 +30,7 @@ import pytest
 
 from ._hook import install
 from ._fixtures import hf_runner, loadguard_report  # noqa: F401  (fixtures the plugin provides)
-from ._state import POLICIES, Session, current_session, on_event, sessions
+from ._state import POLICIES, Session, current_session, on_event, sessions, uses_a_fixture
 from ._summary import fingerprint, pytest_runtest_makereport, pytest_runtest_protocol, pytest_terminal_summary  # noqa: F401
 from ._workers import pytest_sessionfinish, pytest_testnodedown  # noqa: F401
 
@@ -74,9 +74,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """With ``--loadguard=off``, the hook goes in only for a run whose tests carry a ``loadguard`` marker."""
+    """With ``--loadguard=off``, the hook goes in only for a run whose tests carry a ``loadguard`` marker or ask for a
+    loadguard fixture."""
     own = current_session()
-    if not own.installed and any(item.get_closest_marker("loadguard") is not None for item in items):
+    if not own.installed and any(item.get_closest_marker("loadguard") is not None or uses_a_fixture(item) for item in items):
         install(own)
 
 

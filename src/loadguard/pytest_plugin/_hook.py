@@ -115,6 +115,8 @@ def _audit_load(model, policy: str, item, early=()) -> None:
     result = None
     if not report.ok and policy == "repair":
         result = repair(model, report)
+        if result.ok:
+            model.loadguard_report = result.after  # the model as the test gets it
     _observers.notify("load", report=report, repair=result, policy=policy)
     if result is not None and not result.ok:  # never let a test compare against a model that is still broken
         from ..load import UNREPAIRED_HINT, describe_unrepaired

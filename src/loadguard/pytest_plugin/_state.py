@@ -48,11 +48,22 @@ def marker(item) -> dict:
     return dict(found.kwargs) if found is not None else {}
 
 
+FIXTURES = frozenset({"loadguard_report", "hf_runner"})
+
+
+def uses_a_fixture(item) -> bool:
+    """Whether the test asks for one of loadguard's fixtures: then it asked for its loads to be checked."""
+    return bool(FIXTURES & set(getattr(item, "fixturenames", ()) or ()))
+
+
 def policy_for(item, session: Session | None = None) -> str:
-    """The policy for a test: its marker's, else the session's."""
+    """The policy for a test: its marker's, else the session's; a test that asks for a loadguard fixture is checked
+    (``fail``) whatever the command line says: ``off`` only keeps the automatic hook away from tests that did not ask."""
     chosen = marker(item).get("policy") or (session or current_session()).policy
     if chosen not in POLICIES:
         raise pytest.UsageError(f"loadguard marker: policy={chosen!r} is not one of {POLICIES}")
+    if chosen == "off" and not marker(item).get("policy") and uses_a_fixture(item):
+        return "fail"
     return chosen
 
 
@@ -64,7 +75,8 @@ def on_event(session: Session, event: str, payload: dict) -> None:
     if event == "load":
         report, repaired = payload["report"], payload.get("repair")
         record.loads.append((report, repaired))
-        record.reports.append(report)
+        # what the fixture hands out: the model as the test gets it (repaired: the re-audit, saying so)
+        record.reports.append(repaired.after if repaired is not None and repaired.ok else report)
         session.loads.append(
             {
                 "model": report.model,
@@ -81,4 +93,4 @@ def on_event(session: Session, event: str, payload: dict) -> None:
         record.comparisons.append(payload)
 
 
-__all__ = ["POLICIES", "PATH", "RUNNER_POLICY", "Session", "TestRecord", "current_session", "marker", "on_event", "policy_for", "sessions"]
+__all__ = ["FIXTURES", "POLICIES", "PATH", "RUNNER_POLICY", "Session", "TestRecord", "current_session", "marker", "on_event", "policy_for", "sessions", "uses_a_fixture"]
