@@ -270,9 +270,8 @@ def _index_files(index_path: Path) -> list[Path]:
         ) from None
     outside = [shard for shard in shards if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard]
     if outside:
-        outside = outside[0]
         raise CheckpointError(
-            f"{index_path.name} names shard {outside!r}, which is not a file name in {index_path.parent}: refused (an index only "
+            f"{index_path.name} names shard {outside[0]!r}, which is not a file name in {index_path.parent}: refused (an index only "
             "names files beside it)",
             "the index is corrupt or hostile: download or save the checkpoint again",
         )
