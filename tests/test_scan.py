@@ -348,7 +348,7 @@ def test_fleet_rows_json_markdown_and_exit_codes(zoo_folder, tmp_path, capsys):
     code, captured = run("scan", "--from", str(fleet), "--trust-remote-code", "--format", "json", "--jobs", "2")
     rows = [json.loads(line) for line in captured.out.splitlines()]
     assert [row["scanned"] for row in rows] == [True, False, True]  # its code fails to import (current torch): a row
-    assert code == 1
+    assert code == 3  # partial: one of three could not be scanned
     assert "--workaround remote-code-typing-aliases" in rows[1]["hint"] and rows[1]["fixes"] == ["remote-code-typing-aliases"]
     if IS_V5:
         assert [f["tensor"] for f in rows[2]["findings"]] == ["lm_head.weight"]

@@ -18,6 +18,8 @@ class ExitCode(IntEnum):
     CLEAN = 0
     FINDINGS = 1
     COULD_NOT_RUN = 2
+    PARTIAL = 3
+    """Some models were checked and some could not be: the results are incomplete (findings or not)."""
 
 
 _document: list = []  # the real stdout while a machine format keeps everything else off it

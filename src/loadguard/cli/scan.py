@@ -206,7 +206,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
-    Exit 0: every model predicted clean; 1: findings, or a model that could not be scanned; 2: none could be scanned.
+    Exit 0: every model predicted clean; 1: findings; 2: none could be scanned; 3: some could not be scanned (partial).
     """
     from ..render import print_report
 
@@ -258,7 +258,9 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     if not scanned:
         stderr().print("[bold red]Error:[/] none of the models could be scanned", highlight=False)
         return ExitCode.COULD_NOT_RUN
-    if any(not row["scanned"] or _verdict(row) != "clean" for row in rows):
+    if len(scanned) < len(rows):  # some could not be scanned: whatever the others show, the answer is partial
+        return ExitCode.PARTIAL
+    if any(_verdict(row) != "clean" for row in rows):
         return ExitCode.FINDINGS
     return ExitCode.CLEAN
 
