@@ -120,11 +120,12 @@ def test_a_missing_key_transformers_reports_and_initialized_is_initialized_never
 def test_initialized_is_what_a_replay_saw_written_not_what_transformers_says():
     value = torch.randn(4, 4)
     e = entry(value, name="head.weight", kind="parameter", persistent=True)
-    seen = Replay(written={"head.weight": "modeling_x.py:12 (_init_weights)"}, ran=("head",))
+    asked = frozenset({"head.weight"})
+    seen = Replay(written={"head.weight": "modeling_x.py:12 (_init_weights)"}, ran=("head",), asked=asked)
     finding = checks.check_missing_key(e, value, None, reported=True, replay=seen)
     assert finding.status == "initialized" and "written by weight initialization at modeling_x.py:12 (_init_weights)" in finding.detail
     # reported as initialized, but the replay saw nothing write it: leftover memory that looks like values
-    unseen = Replay(ran=("head", "Model"))
+    unseen = Replay(ran=("head", "Model"), asked=asked)
     finding = checks.check_missing_key(e, value, None, reported=True, replay=unseen)
     assert finding.status == "uninitialized" and finding.failing
     assert "transformers reports it newly initialized (missing_keys), but nothing wrote it" in finding.detail
@@ -132,11 +133,14 @@ def test_initialized_is_what_a_replay_saw_written_not_what_transformers_says():
     assert checks.check_missing_key(e, value, None, replay=seen).status == "initialized"
     assert checks.check_missing_key(e, value, None, replay=unseen).status == "uninitialized"
     # a replay that could not finish proves nothing either way: unverifiable, with why
-    broken = Replay(ran=("head",), error="RuntimeError: boom")
+    broken = Replay(ran=("head",), error="RuntimeError: boom", asked=asked)
     finding = checks.check_missing_key(e, value, None, reported=True, replay=broken)
     assert finding.status == "unverifiable" and "RuntimeError: boom" in finding.detail
     # a replaced tensor counts as written
-    assert checks.check_missing_key(e, value, None, replay=Replay(replaced=frozenset({"head.weight"}))).status == "initialized"
+    assert checks.check_missing_key(e, value, None, replay=Replay(replaced=frozenset({"head.weight"}), asked=asked)).status == "initialized"
+    # a tensor the replay did not watch (transformers flagged it loaded): no observation, transformers' word stands
+    finding = checks.check_missing_key(e, value, None, reported=True, replay=Replay(ran=("head",), asked=frozenset({"other"})))
+    assert finding.status == "initialized" and finding.detail.endswith("not replayed")
 
 
 def test_a_reported_missing_key_left_as_leftover_memory_still_fails():
@@ -151,8 +155,9 @@ def test_a_size_mismatch_ignored_on_request_is_initialized():
     assert finding.status == "initialized" and not finding.failing and "ignore_mismatched_sizes" in finding.detail and "(2, 4)" in finding.detail
     # re-initialized on request only if something re-initialized it
     e = entry(loaded, name="score.weight", kind="parameter", persistent=True)
-    assert checks.check_checkpoint_fidelity(e, loaded, stored, "score.weight", resized=True, replay=Replay(ran=("score",))).status == "uninitialized"
-    seen = Replay(written={"score.weight": ""})
+    asked = frozenset({"score.weight"})
+    assert checks.check_checkpoint_fidelity(e, loaded, stored, "score.weight", resized=True, replay=Replay(ran=("score",), asked=asked)).status == "uninitialized"
+    seen = Replay(written={"score.weight": ""}, asked=asked)
     assert checks.check_checkpoint_fidelity(e, loaded, stored, "score.weight", resized=True, replay=seen).status == "initialized"
     poisoned = torch.full((5, 4), float("nan"))
     assert checks.check_checkpoint_fidelity(entry(poisoned, kind="parameter", persistent=True), poisoned, stored, "k", resized=True).status == "uninitialized"

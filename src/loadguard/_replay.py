@@ -29,12 +29,17 @@ from ._writes import CannotHoldBack, InitWrites, _storage, _WriteRecorder
 class Replay:
     """What a replay saw. ``written``: name -> the line of model code that wrote it first (``""`` where no frame of
     model code was on the stack); ``replaced``: names whose tensor the code swapped for another; ``error``: why the
-    replay could not finish (then what it saw before is incomplete)."""
+    replay could not finish (then what it saw before is incomplete); ``asked``: the names it watched."""
 
     written: dict[str, str] = field(default_factory=dict)
     replaced: frozenset[str] = frozenset()
     ran: tuple[str, ...] = ()
     error: str | None = None
+    asked: frozenset[str] = frozenset()
+    """The names the replay watched: it says nothing of any other tensor."""
+
+    def covers(self, name: str) -> bool:
+        return name in self.asked
 
     def wrote(self, name: str) -> bool:
         return name in self.written or name in self.replaced
@@ -175,7 +180,7 @@ def initialization(model: nn.Module, names: Iterable[str]) -> Replay:
         error = str(failure)
     except Exception as failure:  # the model's own code: whatever it raises, the replay is incomplete and says so
         error = f"{type(failure).__name__}: {failure}"
-    return Replay({name: record.where.get(name, "") for name in record.writes}, frozenset(replaced), tuple(ran), error)
+    return Replay({name: record.where.get(name, "") for name in record.writes}, frozenset(replaced), tuple(ran), error, frozenset(names))
 
 
 def _defines(module: nn.Module, name: str) -> bool:

@@ -305,8 +305,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
                     fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
                 elif entry.name not in tie_targets:
                     reference_value = ref.values.get(entry.name) if ref is not None else None
-                    flagged = getattr(loaded, "_is_hf_initialized", False)
-                    missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing, replay=None if flagged else replay))
+                    missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing, replay=replay))
         pages.close()
         findings += fidelity + missing
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)

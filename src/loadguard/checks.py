@@ -269,6 +269,8 @@ def _initialized(entry: TensorEntry, check: Check, what: str, reported_as: str |
     finish: ``unverifiable``, with why. No replay (a model that was not loaded by ``from_pretrained``): transformers'
     report is the only evidence, and the finding says so."""
     claim = f"transformers reports it newly initialized ({reported_as})" if reported_as else ""
+    if replay is not None and not replay.covers(entry.name):
+        replay = None  # a tensor the replay did not watch (transformers flagged it loaded): it observed nothing of it
     if replay is None:
         if reported_as:
             return _finding(entry, check, Status.INITIALIZED, f"{what}: initialized by the model's code, as {claim}; not replayed")
