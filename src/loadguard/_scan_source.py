@@ -60,12 +60,13 @@ def _local_header(folder: Path) -> tuple[dict | None, str | None]:
     from .errors import CheckpointError
 
     if not any((folder / name).is_file() for name in (SAFETENSORS_INDEX, SAFETENSORS_SINGLE)):
-        files = _index_files(folder / BIN_INDEX) if (folder / BIN_INDEX).is_file() else [folder / BIN_SINGLE] if (folder / BIN_SINGLE).is_file() else []
+        index = folder / BIN_INDEX
+        files = _index_files(index) if index.is_file() else [folder / BIN_SINGLE] if (folder / BIN_SINGLE).is_file() else []
         if files:
             shapes: dict = {}
             for file in files:
                 shapes.update(bin_header(file))
-            return shapes, str(folder / BIN_INDEX) if len(files) > 1 or (folder / BIN_INDEX).is_file() else str(files[0])
+            return shapes, str(index if index.is_file() else files[0])
     try:
         checkpoint = Checkpoint.open(folder)
     except CheckpointError as error:

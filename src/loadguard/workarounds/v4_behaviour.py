@@ -93,6 +93,7 @@ def rope_init_default(path, config: dict) -> Iterator[Usage]:
 # attention-support probes: `_supports_sdpa` as a property that asks a submodule
 
 PROBES = ("_supports_sdpa", "_supports_flash_attn_2", "_supports_flash_attn", "_supports_flex_attn")
+_ANY_PROBE = "(" + "|".join(PROBES) + ")"
 
 
 def _probe_properties(cls: type) -> dict[str, tuple[type, property]]:
@@ -118,9 +119,9 @@ def _probe_properties(cls: type) -> dict[str, tuple[type, property]]:
     "PreTrainedModel.__init__, before the submodule exists (AttributeError). While the model is constructed, a "
     "property that cannot answer yet answers as the class did; once constructed it asks the submodule again",
     upstream="the model's repository (a class attribute, or a getattr with a default)",
-    fixes=[("AttributeError", r"has no attribute '(_supports_sdpa|_supports_flash_attn_2|_supports_flash_attn|_supports_flex_attn)'")],
+    fixes=[("AttributeError", rf"has no attribute '{_ANY_PROBE}'")],
     native=lambda: False,  # every transformers since 4.5x probes the instance during __init__
-    touches=r"def\s+(_supports_sdpa|_supports_flash_attn_2|_supports_flash_attn|_supports_flex_attn)\s*\(",
+    touches=rf"def\s+{_ANY_PROBE}\s*\(",
 )
 @contextlib.contextmanager
 def attention_probe(path, config: dict) -> Iterator[Usage]:
