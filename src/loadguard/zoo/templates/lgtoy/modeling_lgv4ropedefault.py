@@ -42,4 +42,6 @@ class LgV4RopeDefaultForCausalLM(LgToyForCausalLM):
 
     def forward(self, input_ids, attention_mask=None, **kwargs):
         embeds = self.embed_tokens(input_ids)
-        return self.decode(embeds + (self.positions(input_ids.shape[1]) + 0.1 * self.rotary(input_ids.shape[1])).to(embeds.dtype))
+        rotary = self.rotary(input_ids.shape[1])  # one head's width: the same rotation for every head
+        rotary = rotary.repeat(1, embeds.shape[-1] // rotary.shape[-1])
+        return self.decode(embeds + (self.positions(input_ids.shape[1]) + 0.1 * rotary).to(embeds.dtype))
