@@ -139,3 +139,8 @@ class EagerAttentionNeededError(LoadguardError):
 class ScanError(LoadguardError):
     """A model that cannot be scanned without its weights (its class loads its own weights, or the installed
     transformers lacks what the scan relies on)."""
+
+
+class ModelRunError(LoadguardError):
+    """The model's own code raises on the same inputs in the reference too (built eagerly, every tensor as its code
+    and checkpoint define it): the failure is not the load's, so loadguard cannot attribute it."""

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from ._common import ExitCode, cases_and_runner, emit, loading_options, stderr, stdout
+from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
+from ._reference import attribute_crash, reference_runner
 
 
 @click.command()
@@ -19,11 +20,10 @@ from ._common import ExitCode, cases_and_runner, emit, loading_options, stderr, 
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
 def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
-    then check_logprobs_close. Exit 0 agree, 1 differ, 2 could not run."""
+    then check_logprobs_close. Exit 0 agree, 1 differ (or A raises where B runs), 2 could not run."""
     from .. import audit, repair
-    from .. import workarounds as registry
     from ..compare import check_logprobs_close
-    from ..runner import HfRunner, eager_load
+    from ..runner.crash import guarded
 
     prompt_list, images, runner = cases_and_runner(
         path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, placement=placement,
@@ -34,12 +34,23 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     if do_repair:
         report = audit(model, path)
         repaired = repair(model, report) if not report.ok else None
-    a = runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
-    applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == "applied"]
-    twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=applied)
-    runner_stage = [w.name for w in registry.resolve(workarounds) if w.stage == "runner"]
-    twin_runner = HfRunner.from_model(twin, runner.processor, runner.tokenizer, workarounds=runner_stage)
-    b = twin_runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
+    # each side runs in its own guard: a crash of the loaded model is a finding once the reference runs the same call
+    a, crash = guarded(model, lambda: runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images))
+    twin_runner = reference_runner(path, runner, auto_class=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=workarounds)
+    b, reference_crash = guarded(twin_runner.model, lambda: twin_runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images))
+    broken = attribute_crash(path, model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
+    next_step = command_line("compare", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
+    if broken is not None:
+        if fmt == "json":
+            emit(json.dumps({"model": str(path), "ok": False, "prompts": prompt_list, "crash": broken.to_dict(), "next": next_step}, indent=2))
+        else:
+            stdout().print(broken.describe(), highlight=False, markup=False)
+            if do_repair:
+                audit_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
+                stderr().print(f"[bold]Hint:[/] the repair did not fix it: '{audit_line}' says what it could not repair", highlight=False)
+            else:
+                stderr().print(f"[bold]Hint:[/] '{next_step}' repairs those tensors in memory and compares again", highlight=False)
+        return ExitCode.FINDINGS
     name_a = "from_pretrained" + (" (repaired)" if repaired is not None else "")
     try:
         check_logprobs_close(outputs_0_lst=a, outputs_1_lst=b, name_0=name_a, name_1="eager", warn_on_mismatch=False)
@@ -47,6 +58,9 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     except AssertionError as error:
         failure_text = str(error)
     ok = not failure_text
+    wrong = ()  # outputs differ: what the audit finds wrong in the model that produced them
+    if not ok:
+        wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, path)).failures
     if fmt == "json":
         document = {
             "model": str(path),
@@ -55,6 +69,8 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
             "a": [{"ids": ids, "text": text} for ids, text, _ in a],
             "b": [{"ids": ids, "text": text} for ids, text, _ in b],
             "failure": failure_text or None,
+            "crash": None,
+            "wrong_tensors": [f.to_dict() for f in wrong],
             "audit": report.to_dict() if report is not None else None,
             "repair": None if repaired is None else {"repaired": list(repaired.repaired), "ok": repaired.ok},
             "workarounds": [w.to_dict() for w in runner.workarounds],
@@ -77,6 +93,13 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
         out.print("agree (check_logprobs_close)" if ok else "[bold red]differ[/]: " + failure_text.splitlines()[0], highlight=False)
         if not ok:
             for line in failure_text.splitlines()[1:]:
-                out.print(line, highlight=False)
-            stderr().print(f"[bold]Hint:[/] run 'loadguard audit {path}{' --trust-remote-code' if trust_remote_code else ''}' to see which tensors the load got wrong, or compare with --repair", highlight=False)
+                out.print(line, highlight=False, markup=False)
+            if wrong:
+                out.print("the load left these wrong:", highlight=False)
+                for finding in wrong:
+                    out.print(f"  {finding.tensor} ({finding.status}): {finding.detail}", highlight=False, markup=False)
+            else:
+                out.print("the audit finds no wrong tensor: the outputs differ for another reason (dtype, kernels, code the load ran)", highlight=False)
+            if repaired is None:
+                stderr().print(f"[bold]Hint:[/] '{next_step}' repairs them in memory and compares again", highlight=False)
     return ExitCode.CLEAN if ok else ExitCode.FINDINGS

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from ._common import ExitCode, cases_and_runner, emit, loading_options, stdout
+from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
+from ._reference import attribute_crash, reference_runner
 
 
 @click.command()
@@ -16,17 +17,30 @@ from ._common import ExitCode, cases_and_runner, emit, loading_options, stdout
 @click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
 def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompt, image_paths, fmt):
     """Report the first module whose output holds NaN/Inf, its non-finite inputs and the tensors behind it.
-    Exit 0 finite, 1 non-finite found, 2 could not run."""
+    Exit 0 finite, 1 non-finite found (or the loaded model raises where the reference runs), 2 could not run."""
+    from ..runner.crash import guarded
     from ..runner.trace import trace as run_trace
 
     prompts, images, runner = cases_and_runner(
         path, [prompt] if prompt else [], image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype,
         device=device, placement=placement, poison=poison, workarounds=workarounds, strict_stale=strict_stale,
     )
+    step_images = images[:1] if images else None
     # one greedy step through the runner: the model's own generate path, whatever its forward takes
-    result = run_trace(runner.model, run=lambda: runner.generate_greedy(prompts[:1], 1, images=images[:1] if images else None))
+    result, crash = guarded(runner.model, lambda: run_trace(runner.model, run=lambda: runner.generate_greedy(prompts[:1], 1, images=step_images)))
+    if crash is not None:  # the loaded model raised: the load's doing if the reference runs the same step
+        twin = reference_runner(path, runner, auto_class=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=workarounds)
+        _, reference_crash = guarded(twin.model, lambda: twin.generate_greedy(prompts[:1], 1, images=step_images))
+        broken = attribute_crash(path, runner.model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
+        repair_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
+        if fmt == "json":
+            emit(json.dumps({"model": str(path), "prompt": prompts[0], "finite": None, "crash": broken.to_dict(), "next": repair_line}, indent=2))
+        else:
+            stdout().print(broken.describe(), highlight=False, markup=False)
+            stderr().print(f"[bold]Hint:[/] '{repair_line}' shows whether those tensors can be repaired in memory", highlight=False)
+        return ExitCode.FINDINGS
     if fmt == "json":
-        emit(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict()}, indent=2))
+        emit(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict(), "crash": None}, indent=2))
     else:
         stdout().print(result.describe(), highlight=False)
     return ExitCode.CLEAN if result.finite else ExitCode.FINDINGS

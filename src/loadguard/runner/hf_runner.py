@@ -13,11 +13,13 @@ import torch
 
 from .. import _hf
 from ..audit import audit as run_audit
-from ..errors import InvalidOptionError, RunnerConsistencyError
+from ..errors import InvalidOptionError, LoadguardError, RunnerConsistencyError
 from ..load import load as guarded_load
 from ..load import load_unaudited
 from ..report import AuditReport, RepairResult
 from ._attention import run_model
+from ._outputs import _last_hidden, _new_tokens, _to_device
+from .crash import crash_note
 
 POLICIES = ("repair", "raise", "warn", "off")
 TokensText = tuple[list[int], str]
@@ -192,8 +194,19 @@ class HfRunner:
         return output, ids
 
     def _run_model(self, call):
-        """``call()``, the model's own ``generate`` or forward (see :func:`loadguard.runner._attention.run_model`)."""
-        return run_model(self.model, call, self.model_name)
+        """``call()``, the model's own ``generate`` or forward (see :func:`loadguard.runner._attention.run_model`).
+        When the model's code raises, the exception goes on with a note: the module and line that raised, and what the
+        audit of the model as it is now finds wrong there (a load that left an index table at INT_MAX raises an
+        ``IndexError`` far from its cause)."""
+        try:
+            return run_model(self.model, call, self.model_name)
+        except LoadguardError:
+            raise
+        except Exception as error:
+            note = crash_note(self.model, error)
+            if note:
+                error.add_note(note)
+            raise
 
     def _check_greedy(self, ids: list[int], output, logprobs: list[dict[int, float]] | None, do_sample: bool) -> None:
         """Under greedy decoding every generated token is the argmax of its step's scores (and, within a
@@ -291,37 +304,6 @@ def _near_tie(model) -> float:
     float32, a bfloat16/float16 rounding's worth otherwise."""
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     return 1e-4 if dtype in (torch.float32, torch.float64) else 0.1
-
-
-def _to_device(value: Any, device) -> Any:
-    """Tensors, and tensors in (nested) lists, moved to ``device``."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list):
-        return [_to_device(v, device) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_device(v, device) for v in value)
-    return value
-
-
-def _new_tokens(sequences: torch.Tensor, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> list[int]:
-    """The generated ids of a plain-tensor generate output: after the prompt when it starts with it (and
-    is long enough to hold it), the whole sequence otherwise (a generate from inputs_embeds)."""
-    row = sequences[0]
-    prompt = input_ids[0] if input_ids is not None else None
-    if prompt is not None and row.shape[0] > prompt.shape[0] and torch.equal(row[: prompt.shape[0]].to(prompt.device), prompt):
-        return row[prompt.shape[0] :].tolist()
-    if max_new_tokens is not None and row.shape[0] > max_new_tokens:
-        return row[-max_new_tokens:].tolist()
-    return row.tolist()
-
-
-def _last_hidden(output, step: int):
-    """The last layer's hidden state at the position that produced generation step ``step``."""
-    states = getattr(output, "hidden_states", None)
-    if not states or step >= len(states) or not states[step]:
-        return None
-    return states[step][-1][0, -1]
 
 
 def load_processing(path, trust_remote_code: bool) -> tuple[Any, Any]:

@@ -1,0 +1,47 @@
+"""The reference side of ``compare`` and ``trace``, and what a crash of the loaded model means next to it."""
+
+from __future__ import annotations
+
+from ._common import command_line, progress
+
+
+def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, dtype: str, workarounds):
+    """The reference side of ``compare`` and ``trace``: ``path`` built eagerly (its ``__init__`` runs as written on
+    real tensors, then the checkpoint is copied in) with the workarounds the load needed, around the same processor.
+    A failure to build it is a :class:`ReferenceBuildError`, never a crash of the command."""
+    from .. import workarounds as registry
+    from ..errors import LoadguardError, ReferenceBuildError
+    from ..runner import HfRunner, eager_load
+
+    applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == "applied"]
+    try:
+        with progress(f"Building the reference of {path} eagerly"):
+            twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=applied)
+    except LoadguardError:
+        raise
+    except Exception as error:
+        raise ReferenceBuildError(
+            f"could not build the reference of {path} eagerly ({type(error).__name__}: {error})",
+            f"'{command_line('audit', path, trust_remote_code=trust_remote_code, workarounds=applied)}' checks the load without a reference",
+        ) from error
+    runner_stage = [w.name for w in registry.resolve(workarounds) if w.stage == "runner"]
+    return HfRunner.from_model(twin, runner.processor, runner.tokenizer, workarounds=runner_stage)
+
+
+def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_code: bool, workarounds):
+    """A crash of the loaded model that the reference does not have is what the load broke (a
+    :class:`loadguard.runner.crash.BrokenRun`, the audit's wrong tensors nearest it); one the reference has too is
+    the model's own, and the command cannot run (:class:`ModelRunError`). None when the loaded model did not crash."""
+    from ..errors import ModelRunError
+    from ..runner.crash import explain
+
+    if reference_crash is not None:
+        raise ModelRunError(
+            f"{path} raises {reference_crash.describe()} also when built eagerly from its code and checkpoint: "
+            "the failure is the model's or the input's, not the load's",
+            f"check the prompt and images (--prompt, --image); '{command_line('audit', path, trust_remote_code=trust_remote_code, workarounds=workarounds)}' "
+            "checks the load without running the model",
+        )
+    if crash is None:
+        return None
+    return explain(model, path, crash)
