@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -386,3 +388,50 @@ def test_a_matrix_cell_passes_the_model_after_double_dash(tmp_path):
         arguments = matrix_module._arguments("-looks-like-an-option", full, ["--trust-remote-code", "--keys=auto"])
         assert arguments[-2:] == ["--", "-looks-like-an-option"] and arguments[0] == ("audit" if full else "scan")
         assert ("--keys=auto" in arguments) is (not full)
+
+
+@needs_v5
+def test_transformers_warnings_are_kept_back_unless_verbose(run, zoo_folder):
+    folder = str(zoo_folder("v4_rope_scaling"))
+    code, out, err = run("audit", folder, "--trust-remote-code", "--workaround", "auto")
+    assert code == 1
+    assert "FutureWarning" not in err and "Loading weights" not in err
+    assert "warning(s) from transformers or the model's code not shown: --verbose shows them" in err
+    # pytest shows no Python warning on stderr itself: a real process does
+    shown = subprocess.run(
+        [sys.executable, "-m", "loadguard", "audit", folder, "--trust-remote-code", "--workaround", "auto", "--verbose"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert shown.returncode == 1
+    assert "FutureWarning: `rope_scaling` is deprecated" in shown.stderr and "not shown" not in shown.stderr
+
+
+@needs_v5
+def test_a_finding_a_warning_explains_quotes_it(run, zoo_folder):
+    code, out, _ = run("audit", str(zoo_folder("missing_key")), "--trust-remote-code", "--format", "json")
+    (finding,) = [f for f in json.loads(out)["findings"] if f["tensor"] == "logit_scale"]
+    assert "transformers said: logit_scale MISSING: those params were newly initialized because missing from the checkpoint" in finding["detail"]
+    code, out, _ = run("audit", str(zoo_folder("np_buffer_in_checkpoint")), "--trust-remote-code", "--format", "json")
+    mask = next(f for f in json.loads(out)["findings"] if f["tensor"] == "layers.1.attn.causal_mask")
+    assert "transformers said: layers.{0, 1}.attn.causal_mask UNEXPECTED" in mask["detail"]  # its folded name, unfolded to match
+
+
+def test_explaining_matches_whole_names_only():
+    from loadguard._noise import explaining
+
+    report = "LOAD REPORT\nKey | Status |\nlayers.{0, 12}.mask | MISSING |\nscale | UNEXPECTED |\n\nNotes:\n- MISSING:\tnewly initialized."
+    assert explaining("layers.12.mask", [report]) == "layers.{0, 12}.mask MISSING: newly initialized."
+    assert explaining("layers.1.mask", [report]) is None
+    assert explaining("logit_scale", [report]) is None and explaining("scale", [report]) == "scale UNEXPECTED"
+
+
+@needs_v5
+def test_tables_keep_one_row_a_line_in_a_log(run, zoo_folder):
+    folder = str(zoo_folder("v4_tied_list"))
+    code, out, _ = run("audit", folder, "--trust-remote-code", "--workaround", "auto")
+    assert code == 1
+    (row,) = [line for line in out.splitlines() if line.startswith("│ decoder.embed_tokens.weight")]
+    assert "tied_weights" in row and "mismatch" in row and row.rstrip().endswith("│")
+    (detail,) = [line for line in out.splitlines() if line.startswith("decoder.embed_tokens.weight:")]
+    assert "never tied)" in detail  # one line, however long
+    assert all(line.startswith(("┏", "┃", "┡", "│", "└")) for line in out.split("\n┏", 1)[-1].split("┘")[0].splitlines()[1:])

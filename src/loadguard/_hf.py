@@ -204,9 +204,11 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     A model class whose own ``from_pretrained`` delegates to transformers' sees the return value it expects."""
     from . import loading_info
 
+    from ._noise import collected
+
     kwargs.pop("output_loading_info", None)  # asked for on the base call; the caller gets the model (its info kept on it)
     try:
-        with through_the_base(BaseCall()) as base:
+        with collected() as warned, through_the_base(BaseCall()) as base:
             result = cls.from_pretrained(str(path), **kwargs)
     except LoadguardError:
         raise
@@ -214,6 +216,7 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
         raise translate(error, path, active_workarounds, device_map=kwargs.get("device_map")) from error
     model, info = loading_info.split(result)
     loading_info.remember(model, info if info is not None else base.info)
+    model.loadguard_load_warnings = tuple(warned)  # what transformers and the model's code warned while it loaded
     return model
 
 

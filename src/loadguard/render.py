@@ -79,10 +79,11 @@ def findings_table(findings: Iterable[Finding], title: str | None = None) -> Tab
 
 
 def detail_lines(findings: Iterable[Finding]) -> list[str]:
-    """``name: detail`` per table row."""
+    """``name: detail`` per table row, then where in the code (``[at modeling_x.py:36]``) when it is known."""
     lines = []
     for name, group in _grouped(findings):
-        lines.append(f"{name}: {group[0].detail}" + (f" (each of {len(group)})" if len(group) > 1 else ""))
+        where = f" [at {group[0].location}]" if group[0].location and group[0].location not in group[0].detail else ""
+        lines.append(f"{name}: {group[0].detail}" + (f" (each of {len(group)})" if len(group) > 1 else "") + where)
     return lines
 
 
@@ -116,7 +117,7 @@ def print_report(console: Console, report: AuditReport, repair: RepairResult | N
     if report.findings:
         console.print(findings_table(report.findings))
         for line in detail_lines(report.findings):
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, markup=False)
     for line in check_lines(report):
         console.print(line, highlight=False)
     for outcome in report.workarounds:

@@ -5,14 +5,16 @@ Exit codes: 0 clean, 1 findings, 2 could not run. ``LOADGUARD_DEBUG=1`` shows tr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
+import warnings
 
 import click
 
 from ..errors import LoadguardError
-from ._common import ExitCode, machine_output, stderr
+from ._common import ExitCode, machine_output, set_verbose, stderr
 
 
 class _LazyGroup(click.Group):
@@ -46,8 +48,41 @@ class _LazyGroup(click.Group):
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="loadguard")
-def cli() -> None:
+@click.option(
+    "--verbose", is_flag=True,
+    help="Show transformers' warnings, progress bars and the Python warnings of the model's code (hidden otherwise; "
+    "a finding a warning explains quotes it anyway). Also accepted after the command.",
+)
+def cli(verbose: bool) -> None:
     """Prove a model came out of loading exactly as its checkpoint and its code define it."""
+
+
+def _hoist_verbose(arguments: list[str]) -> tuple[list[str], bool]:
+    """``loadguard scan X --verbose`` as ``loadguard --verbose scan X``: the flag is global; arguments after ``--``
+    (pytest's, for ``repeat``) are not ours."""
+    end = arguments.index("--") if "--" in arguments else len(arguments)
+    verbose = "--verbose" in arguments[:end]
+    kept = [a for a in arguments[:end] if a != "--verbose"] + arguments[end:]
+    return (["--verbose", *kept] if verbose else kept), verbose
+
+
+@contextlib.contextmanager
+def _warnings_kept(verbose: bool):
+    """Python warnings (deprecations in transformers, the model's code) off the screen unless ``--verbose``; one line
+    on stderr says how many were kept back. loadguard's own warnings always show."""
+    if verbose:
+        yield
+        return
+    from ..load import LoadguardWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        yield  # a command that fails says one Error and one Hint: the count below is for a command that ran
+        hidden = [w for w in caught if not issubclass(w.category, LoadguardWarning)]
+        for kept in (w for w in caught if issubclass(w.category, LoadguardWarning)):
+            stderr().print(f"Warning: {kept.message}", highlight=False)
+        if hidden:
+            stderr().print(f"({len(hidden)} warning(s) from transformers or the model's code not shown: --verbose shows them)", highlight=False)
 
 
 def _machine_format(arguments: list[str]) -> bool:
@@ -63,9 +98,10 @@ def _machine_format(arguments: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    arguments, verbose = _hoist_verbose(list(sys.argv[1:] if argv is None else argv))
+    set_verbose(verbose)
     try:
-        with machine_output(_machine_format(arguments)):
+        with machine_output(_machine_format(arguments)), _warnings_kept(verbose):
             code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False)
     except LoadguardError as error:
         if debug:

@@ -64,11 +64,15 @@ def machine_output(active: bool):
             os.close(saved)
 
 
+NON_TTY_WIDTH = 100_000
+"""What a table may take when stdout is a log or a pipe: all it needs, so no cell folds and no row wraps."""
+
+
 @functools.cache
 def stdout() -> Console:
     console = Console(soft_wrap=False)
-    if not console.is_terminal:  # logs and pipes: wide enough that tables keep one row per line
-        console = Console(soft_wrap=False, width=120)
+    if not console.is_terminal:  # logs and pipes: nothing wraps, a table keeps one row a line however long
+        console = Console(soft_wrap=True, width=NON_TTY_WIDTH)
     return console
 
 
@@ -77,13 +81,23 @@ def stderr() -> Console:
     return Console(stderr=True, soft_wrap=True)
 
 
-def quiet_transformers() -> None:
-    """Our output, not transformers' progress bars and load reports."""
-    import os
+_verbose: list[bool] = [False]
 
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+def set_verbose(verbose: bool) -> None:
+    """``--verbose``: transformers' warnings and progress bars are shown (see :func:`quiet_transformers`)."""
+    _verbose[0] = verbose
+
+
+def quiet_transformers() -> None:
+    """Our output, not transformers' progress bars and load reports (``--verbose`` keeps them: warnings and up). A
+    finding that one of its warnings explains quotes it anyway (:mod:`loadguard._noise` hears them either way)."""
     import transformers
 
+    if _verbose[0]:
+        transformers.logging.set_verbosity_warning()
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
@@ -268,6 +282,18 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
     runner = HfRunner.from_model(model, processor, tokenizer, workarounds=[w.name for w in chosen if w.stage == "runner"])
     runner.workarounds = early + late + runner.workarounds
     return prompt_list, images, runner
+
+
+def command_line(command: str, path: str, *, trust_remote_code: bool = False, workarounds=(), extra: tuple[str, ...] = ()) -> str:
+    """The ``loadguard`` command a hint suggests, with the loading flags the user ran with, quoted to paste."""
+    import shlex
+
+    words = ["loadguard", *command.split(), path]
+    if trust_remote_code:
+        words.append("--trust-remote-code")
+    for name in workarounds:
+        words += ["--workaround", name]
+    return shlex.join([*words, *extra])
 
 
 def read_images(paths):

@@ -84,7 +84,7 @@ def demo(poison):
         else:
             out.print(findings_table(report.findings))
             for line in detail_lines(report.findings):
-                out.print(line, highlight=False)
+                out.print(line, highlight=False, markup=False)
         broken_text = _greedy(model, processor, cases)
 
         out.print(Rule("4. loadguard.repair(model, report)"))

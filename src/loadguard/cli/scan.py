@@ -271,14 +271,14 @@ def print_scan(row: dict) -> None:
     from ..report import Finding
 
     out = stdout()
-    findings = [Finding(**{k: (tuple(v) if k == "shape" else v) for k, v in f.items()}) for f in row["findings"]]
+    findings = [Finding.from_dict(f) for f in row["findings"]]
     failures = [f for f in findings if f.failing]
     verdict = "[bold green]predicted clean[/]" if not failures else f"[bold red]{len(failures)} tensor(s) predicted wrong[/]"
     out.print(f"[bold]{row['model']}[/] ({row['model_class']}, scanned without weights): {verdict}")
     if findings:
         out.print(findings_table(findings))
         for line in detail_lines(findings):
-            out.print(line, highlight=False, soft_wrap=True)
+            out.print(line, highlight=False, soft_wrap=True, markup=False)
     from ..report import AuditReport, CheckSummary
 
     report = AuditReport(row["model"], row["model_class"], row["checkpoint"], tuple(findings), tuple(CheckSummary(**c) for c in row["checks"]))
