@@ -42,11 +42,13 @@ def _model_code_line() -> str:
     """The innermost frame of model code (a transformers model module, or remote code) on the current stack."""
     import sys
 
+    from ._locations import located
+
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if "/transformers/models/" in filename or "transformers_modules" in filename:
-            return f"{filename.rsplit('/', 1)[-1]}:{frame.f_lineno} ({frame.f_code.co_name})"
+            return f"{located(filename, frame.f_lineno)} ({frame.f_code.co_name})"
         frame = frame.f_back
     return ""
 

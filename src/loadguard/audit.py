@@ -17,6 +17,8 @@ from . import ties as tie_module
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, map_keys
 from .checks import Check
+from .statuses import Status
+from ._where import explained, located
 from .errors import LoadguardError
 from ._pages import PageOracle
 from ._replay import Replay, initialization, ran_initialization
@@ -324,6 +326,10 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
     seconds["checkpoint"] += time.perf_counter() - start
 
     findings = [_offloaded(f, offload) if f.tensor in offload else f for f in findings]
+    findings = [explained(f, getattr(model, "loadguard_load_warnings", ())) for f in findings]
+    overwritten = [f.tensor for f in findings if f.status == Status.OVERWRITTEN]
+    writers = _replay_initialization(model, overwritten)  # the line that wrote each, seen again with the write held back
+    findings = located(findings, ref, writers.written if writers is not None else None)
     return AuditReport(
         model=_model_name(model),
         model_class=type(model).__name__,

@@ -42,6 +42,9 @@ class Reference:
     unverifiable: dict[str, str]
     aliases: dict[str, str]
     seconds: float = 0.0
+    origins: dict[str, str] = field(default_factory=dict)
+    """Every tensor's name (parameters, buffers, tensor attributes; aliases too) -> ``file:line`` of the code that made
+    it while the class was constructed (:mod:`loadguard._origins`)."""
 
     def group(self, name: str) -> list[str]:
         """Every name that shares ``name``'s tensor in a correctly built model, itself included."""
@@ -82,7 +85,7 @@ def _large_persistent_buffers_on_meta() -> Iterator[None]:
         nn.Module.register_buffer = original
 
 
-def _construct(model_class: type, config, persistent_buffers: bool = True) -> nn.Module:
+def _construct(model_class: type, config, persistent_buffers: bool = True, origins: dict | None = None) -> nn.Module:
     from accelerate import init_empty_weights
 
     from ._transformers import large_tensors_on_meta, meta_writes_skipped, uninitialized_tensors_on_meta
@@ -90,8 +93,11 @@ def _construct(model_class: type, config, persistent_buffers: bool = True) -> nn
     # accelerate creates each parameter on CPU before moving it to meta: parameters (torch.empty) are created on
     # meta directly instead, so a 1T-parameter model's reference allocates nothing for them (fused experts of
     # 25-77 GB would fail to allocate); initializing meta parameters does nothing, so it is skipped
+    from ._origins import recording
+
     persistent = contextlib.nullcontext() if persistent_buffers else _large_persistent_buffers_on_meta()
-    with init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped(), persistent:
+    recorded = recording(origins) if origins is not None else contextlib.nullcontext()
+    with recorded, init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped(), persistent:
         return model_class(copy.deepcopy(config))
 
 
@@ -155,6 +161,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
                 _cache.move_to_end(key)
                 return _cache[key]
     from . import _config
+    from ._origins import named
     from .workarounds import _registry as registry
 
     start = time.perf_counter()
@@ -166,8 +173,10 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             with torch.random.fork_rng(devices=[]), _default_dtype(dtype), registry.activate(names, folder, (_config.local_config(folder) or {}) if names else {}):
                 torch.manual_seed(0x10AD)
                 seeded = torch.random.get_rng_state()
-                first = _construct(model_class, config, persistent_buffers)
+                sites: dict = {}
+                first = _construct(model_class, config, persistent_buffers, origins=sites)
                 values, aliases = _buffers(first)
+                origins = named(first, sites)
                 second_values: dict[str, torch.Tensor] = {}
                 # only a construction that drew random numbers can have random buffers: build a second time
                 # under another seed to tell which
@@ -204,6 +213,7 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
         unverifiable=unverifiable,
         aliases=aliases,
         seconds=time.perf_counter() - start,
+        origins=origins,
     )
     if use_cache:
         with _cache_lock:

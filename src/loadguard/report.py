@@ -30,6 +30,21 @@ class Finding:
     alias_of: str | None = None
     predicted: bool = False
     """True in a scan: what a load of the checkpoint would leave, predicted without reading weights."""
+    location: str | None = None
+    """``file:line`` of the code that made the tensor while the model was constructed (its ``register_buffer``, the
+    assignment, the layer built there): a remote-code file as the model's folder names it, transformers' own as
+    ``transformers/models/...``. None when the reference could not be built."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """The finding :meth:`to_dict` wrote (derived keys such as ``module`` are recomputed, not read)."""
+        fields = {k: (tuple(v) if k == "shape" else v) for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**fields)
+
+    @property
+    def module(self) -> str:
+        """The dotted path of the module that owns the tensor (``""`` for the model itself)."""
+        return self.tensor.rpartition(".")[0]
 
     @property
     def failing(self) -> bool:
@@ -49,6 +64,8 @@ class Finding:
             "max_abs_diff": self.max_abs_diff,
             "detail": self.detail,
             "predicted": self.predicted,
+            "module": self.module,
+            "location": self.location,
         }
 
 

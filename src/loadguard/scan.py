@@ -41,6 +41,7 @@ from ._transformers import (
     weightless_state_dict,
 )
 from . import ties as tie_module
+from ._where import located
 from .audit import _resolve_reference, _summary, computed_state, meta_leftovers, tied_weights, versions
 from .checks import Check
 from .errors import InvalidOptionError, LoadguardError, ModelConfigError, ScanError
@@ -214,7 +215,7 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     else:
         summaries.append(CheckSummary(Check.MISSING_KEY.value, False, reason="no checkpoint header: every key of the model's state dict assumed present"))
     summaries.append(_summary(Check.TIED_WEIGHTS, len(ties), tied))
-    predicted = [dataclasses.replace(f, predicted=True, detail=f"predicted: {f.detail}") for f in findings]
+    predicted = [dataclasses.replace(f, predicted=True, detail=f"predicted: {f.detail}") for f in located(findings, reference, record.where)]
     seconds["checks"] = time.perf_counter() - start
     return AuditReport(
         model=source.name,
