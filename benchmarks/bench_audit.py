@@ -237,4 +237,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import _machine
+
+    _machine.announce()
     main()

@@ -43,4 +43,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import _machine
+
+    _machine.announce()
     main()

@@ -111,4 +111,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    import _machine
+
+    _machine.announce()
     sys.exit(main())

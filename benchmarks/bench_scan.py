@@ -259,6 +259,9 @@ def native_sweep(everything: bool) -> None:
 
 
 if __name__ == "__main__":
+    import _machine
+
+    _machine.announce()
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="skip the per-expert 61-layer model")
     parser.add_argument("--all-classes", action="store_true", help="sweep every auto-mapped class (about 10 min), not only causal LMs")

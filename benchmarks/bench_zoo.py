@@ -53,4 +53,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    import _machine
+
+    _machine.announce()
     sys.exit(main())

@@ -1,0 +1,26 @@
+"""The machine a benchmark ran on, printed first by every script in benchmarks/: a figure quoted in the docs says
+where it was measured."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def describe() -> str:
+    """``machine: x86_64, 2 cores, 24 GiB, no GPU; Python 3.11.9, torch 2.13.0+cpu (CPU), transformers 5.25.0``."""
+    import torch
+    import transformers
+
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else float("nan")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "no GPU"
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
+    return (
+        f"machine: {platform.machine()}, {cores} cores, {memory:.0f} GiB, {gpu}; Python {platform.python_version()}, "
+        f"torch {torch.__version__} ({build}), transformers {transformers.__version__}"
+    )
+
+
+def announce() -> None:
+    print(describe(), flush=True)
