@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_observed.py
 	$(BIN)/python benchmarks/bench_scan.py
 	$(BIN)/python benchmarks/bench_plugin.py
+	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_matrix.py
 
 # torchao (a quantized load in the suite) goes to a folder of its own: installed in the environment, transformers

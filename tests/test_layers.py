@@ -18,8 +18,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("audit",),
     ("repair",),
     ("workarounds._apply",),
-    ("load", "selfcheck", "scan", "_scan_source", "native", "compare", "render"),
-    ("runner", "runner.*", "matrix", "matrix_native", "envs"),
+    ("load", "selfcheck", "scan", "_scan_source", "native", "compare", "render", "reproducer"),
+    ("runner", "runner.*", "matrix", "matrix_native", "envs", "formats", "formats.*"),
     ("cli", "cli.*", "pytest_plugin", "pytest_plugin.*", "_cells", "__main__", ""),
 ]
 

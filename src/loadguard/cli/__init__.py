@@ -91,7 +91,7 @@ def _machine_format(arguments: list[str]) -> bool:
         if argument == "--":
             return False
         value = argument.split("=", 1)[1] if argument.startswith("--format=") else (arguments[index + 1] if argument == "--format" and index + 1 < len(arguments) else None)
-        if value in ("json", "markdown"):
+        if value in ("json", "markdown", "sarif", "github", "junit"):
             return True
     return False
 

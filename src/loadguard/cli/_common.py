@@ -22,6 +22,9 @@ class ExitCode(IntEnum):
     """Some models were checked and some could not be: the results are incomplete (findings or not)."""
 
 
+SCHEMA_VERSION = 1
+"""Of the JSON documents and rows the commands print: raised when a key changes meaning or goes away."""
+
 _document: list = []  # the real stdout while a machine format keeps everything else off it
 
 

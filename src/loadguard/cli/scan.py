@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ._common import ExitCode, emit, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import SCHEMA_VERSION, ExitCode, emit, quiet_transformers, stderr, stdout, workarounds_from_option
 
 
 def _result(target: str, options: dict) -> dict:
@@ -189,8 +189,9 @@ def _markdown(rows: list[dict]) -> str:
               help="header: keys/shapes/dtypes from the safetensors headers; complete: the checkpoint holds every key.")
 @click.option("--workaround", "workarounds", multiple=True, metavar="NAME", help="Apply a registered workaround (repeatable); 'auto' applies those whose failure the load hits.")
 @workarounds_from_option(expose=True)
-@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True,
-              help="json: one JSON document per model per line.")
+@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown", "sarif", "github", "junit"]), default="human", show_default=True,
+              help="json: one JSON document per model per line; sarif: code scanning; github: workflow annotations "
+                   "(+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a child process of its own).")
 @click.option("--timeout", type=click.FloatRange(1, None), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds one model's scan may take (each model runs in a child process; past it, the child is killed and its row says so).")
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
@@ -208,6 +209,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
     Exit 0: every model predicted clean; 1: findings; 2: none could be scanned; 3: some could not be scanned (partial).
     """
+    from ..formats import EMITTED, Row, render
     from ..render import print_report
 
     from ._common import parse_placement
@@ -236,9 +238,11 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
         for row in rows:
-            emit(json.dumps(row, sort_keys=False))
+            emit(json.dumps(json_row(row), sort_keys=False))
     elif fmt == "markdown":
         emit(_markdown(rows))
+    elif fmt in EMITTED:
+        emit(render(fmt, [Row.from_scan(row) for row in rows], command="scan"))
     elif len(rows) == 1:
         if scanned:  # one model that could not be scanned: only the Error/Hint lines below
             print_scan(rows[0])
@@ -263,6 +267,15 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     if any(_verdict(row) != "clean" for row in rows):
         return ExitCode.FINDINGS
     return ExitCode.CLEAN
+
+
+def json_row(row: dict) -> dict:
+    """A scan row as ``--format json`` prints it: ``schema_version`` and ``ok`` first (``ok`` is False for a model that
+    could not be scanned: ``scanned`` False, ``error`` and ``hint`` say why, ``findings`` empty)."""
+    from ..report import failing
+
+    ok = bool(row["scanned"]) and not failing(row.get("findings", []))
+    return {"schema_version": SCHEMA_VERSION, "ok": ok, **{"findings": [], **row}}
 
 
 def print_scan(row: dict) -> None:

@@ -1,0 +1,87 @@
+"""One model's result as every emitter reads it: what was found, or why it could not be checked, and where its code
+lives (to turn a finding's ``file:line`` into a path a CI system can open)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..report import AuditReport, CheckSummary, Finding
+
+
+@dataclass(frozen=True)
+class Row:
+    """``model`` as the user named it; ``folder`` its local folder (None for a Hub id or a native class); ``findings``
+    every finding (failing ones in :attr:`failures`); ``error`` why it could not be checked, with ``hint``."""
+
+    model: str
+    model_class: str = ""
+    mode: str = "audit"
+    folder: str | None = None
+    findings: tuple[Finding, ...] = ()
+    checks: tuple[CheckSummary, ...] = ()
+    error: str | None = None
+    hint: str | None = None
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.failing)
+
+    @property
+    def checked(self) -> bool:
+        return self.error is None
+
+    @property
+    def ok(self) -> bool:
+        return self.checked and not self.failures
+
+    @classmethod
+    def from_report(cls, report: AuditReport, model: str) -> Row:
+        return cls(model, report.model_class, report.mode, _local(model), report.findings, report.checks)
+
+    @classmethod
+    def from_scan(cls, row: dict[str, Any]) -> Row:
+        """A scan's JSON row (``loadguard scan --format json``)."""
+        if not row.get("scanned"):
+            return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=row.get("error"), hint=row.get("hint"))
+        findings = tuple(Finding.from_dict(f) for f in row["findings"])
+        checks = tuple(CheckSummary(**c) for c in row.get("checks", ()))
+        return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks)
+
+    @classmethod
+    def failed(cls, model: str, error: str, hint: str | None, mode: str = "audit") -> Row:
+        return cls(model, "", mode, _local(model), error=error, hint=hint)
+
+    def identity(self) -> str:
+        """The model as the same model on any machine and in any folder: its class and the digest of its config.json
+        (never a temporary folder's path), or the name it was given (a Hub id, a native class)."""
+        config = Path(self.folder, "config.json") if self.folder else None
+        if config is not None and config.is_file():
+            return f"{self.model_class}@{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
+        return self.model
+
+    def fingerprint(self, finding: Finding) -> str:
+        """Stable across runs and machines: the model's identity, the tensor and what is wrong with it."""
+        return hashlib.sha256(f"{self.identity()}|{finding.tensor}|{finding.check}|{finding.status}".encode()).hexdigest()
+
+    def source(self, finding: Finding) -> tuple[str, int, bool] | None:
+        """``(path, line, in_model)`` of the finding's code: in the model's folder (a path relative to the current
+        directory), else the installed package's (``transformers/models/...``, ``in_model`` False)."""
+        if not finding.location or ":" not in finding.location:
+            return None
+        file, _, line = finding.location.rpartition(":")
+        if not line.isdigit():
+            return None
+        if self.folder and Path(self.folder, file).is_file():
+            return os.path.relpath(Path(self.folder, file)), int(line), True
+        return file, int(line), False
+
+
+def _local(model: str) -> str | None:
+    return model if model and Path(model).is_dir() else None
+
+
+__all__ = ["Row"]

@@ -1,0 +1,128 @@
+"""Findings delivered where they are acted on: SARIF (validated against the OASIS schema), GitHub workflow commands and
+a job summary, JUnit XML; a model that could not be checked still has its row."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from loadguard.cli import main
+from loadguard.formats import Row, render
+from loadguard.report import Finding
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
+SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+
+
+def _cli(capsys, *args):
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def _copy(zoo_folder, name, target: Path) -> str:
+    shutil.copytree(zoo_folder(name), target)
+    return str(target)
+
+
+def _line(folder: str, uri: str, line: int) -> str:
+    return (Path(uri) if Path(uri).is_absolute() else Path.cwd() / uri).read_text().splitlines()[line - 1]
+
+
+@needs_v5
+@pytest.mark.parametrize(("name", "command", "code_text"), [
+    ("np_buffer", "audit", "register_buffer("),
+    ("overwritten", "audit", "normal_("),
+    ("np_buffer", "scan", "register_buffer("),
+    ("overwritten", "scan", "normal_("),
+])
+def test_sarif_validates_locates_and_fingerprints_stably(capsys, zoo_folder, tmp_path, monkeypatch, name, command, code_text):
+    monkeypatch.chdir(tmp_path)
+    documents = []
+    for copy in ("first", "second"):  # two folders, as two machines or two CI runs would have
+        folder = _copy(zoo_folder, name, tmp_path / copy / name)
+        code, out, err = _cli(capsys, command, folder, "--trust-remote-code", "--format", "sarif")
+        assert code == 1, err
+        document = json.loads(out)
+        jsonschema.validate(document, SCHEMA)
+        results = document["runs"][0]["results"]
+        assert results
+        for result in results:
+            location = result["locations"][0]["physicalLocation"]
+            uri, line = location["artifactLocation"]["uri"], location["region"]["startLine"]
+            assert uri.startswith(f"{copy}/{name}/") and location["artifactLocation"]["uriBaseId"] == "SRCROOT"
+            assert (Path.cwd() / uri).is_file()
+            if name == "overwritten" or "causal_mask" not in result["message"]["text"]:
+                assert code_text in _line(folder, uri, line), (uri, line)
+        rules = {rule["id"] for rule in document["runs"][0]["tool"]["driver"]["rules"]}
+        assert {r["ruleId"] for r in results} == rules and all(r["ruleIndex"] < len(rules) for r in results)
+        documents.append(document)
+    fingerprints = [sorted(r["partialFingerprints"]["loadguardFinding/v1"] for r in d["runs"][0]["results"]) for d in documents]
+    assert fingerprints[0] == fingerprints[1]
+
+
+@needs_v5
+def test_github_annotations_and_the_step_summary(capsys, zoo_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = _copy(zoo_folder, "np_buffer", tmp_path / "model")
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code, out, err = _cli(capsys, "audit", folder, "--trust-remote-code", "--format", "github")
+    assert code == 1
+    lines = out.splitlines()
+    assert len(lines) == 4 and all(line.startswith("::error file=model/modeling_lgtoy.py,line=") for line in lines)
+    assert "title=loadguard%3A positions.index uninitialized::" in out
+    assert "| " + folder + " | 4 wrong | " in summary.read_text() and "`positions.index` (uninitialized) at `modeling_lgtoy.py:36`" in summary.read_text()
+
+
+def test_github_escapes_what_would_end_a_command():
+    finding = Finding("a.b", "buffer", "non_persistent_buffer", "uninitialized", "float32", (1,), "cpu", "50% wrong\nreally, it is: wrong")
+    out = render("github", [Row("m", "C", findings=(finding,))])
+    assert out == "::error title=loadguard%3A a.b uninitialized::m: 50%25 wrong%0Areally, it is: wrong"
+
+
+@needs_v5
+def test_junit_a_case_per_check_for_one_model_and_per_model_for_a_fleet(capsys, zoo_folder, tmp_path):
+    code, out, _ = _cli(capsys, "audit", str(zoo_folder("np_buffer")), "--trust-remote-code", "--format", "junit")
+    root = ET.fromstring(out)
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert code == 1 and root.get("tests") == "5" and root.get("failures") == "1"
+    assert cases["non_persistent_buffer"].find("failure") is not None and cases["meta_leftover"].find("failure") is None
+    models = tmp_path / "models.txt"
+    models.write_text(f"{zoo_folder('np_buffer')}\n{zoo_folder('clean')}\n{tmp_path / 'no-such-model'}\n")
+    code, out, _ = _cli(capsys, "scan", "--from", str(models), "--trust-remote-code", "--format", "junit")
+    root = ET.fromstring(out)
+    assert code == 3
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("3", "1", "1")
+
+
+def test_an_unloadable_model_still_has_its_row(capsys, tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    code, out, err = _cli(capsys, "audit", missing, "--format", "json")
+    document = json.loads(out)
+    assert code == 2 and err.startswith("Error: ")
+    assert document["ok"] is False and document["findings"] == [] and document["schema_version"] == 1
+    assert document["error"]["kind"] == "ModelNotFoundError" and document["error"]["hint"]
+    code, out, _ = _cli(capsys, "audit", missing, "--format", "sarif")
+    sarif = json.loads(out)
+    jsonschema.validate(sarif, SCHEMA)
+    (notification,) = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert code == 2 and missing in notification["message"]["text"] and sarif["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+@needs_v5
+def test_a_fleet_with_an_unloadable_model_gives_its_json_row_and_exit_3(capsys, zoo_folder, tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    code, out, _ = _cli(capsys, "scan", str(zoo_folder("np_buffer")), missing, "--trust-remote-code", "--format", "json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 3
+    assert [(r["model"], r["ok"], r["schema_version"]) for r in rows] == [(str(zoo_folder("np_buffer")), False, 1), (missing, False, 1)]
+    assert rows[1]["scanned"] is False and rows[1]["findings"] == [] and rows[1]["error"] and rows[1]["hint"]
