@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-compat test-versions api-diff bench bench-large clean
+.PHONY: demo test test-slow test-compat test-newest test-versions api-diff bench bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -20,6 +20,15 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
 
 # The suite against transformers 4.57 (pre-v5 loading): the failure modes skip, naming the version.
+# The suite on whatever pip resolves today with no constraints (newest torch, transformers, accelerate; a CUDA build
+# of torch where pip picks one): what a user's `pip install loadguard` gets. Not in CI: it downloads gigabytes.
+test-newest:
+	rm -rf .venv-newest
+	$(PYTHON) -m venv .venv-newest
+	.venv-newest/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	.venv-newest/bin/loadguard env
+	.venv-newest/bin/python -m pytest -n auto
+
 test-compat: $(COMPAT_STAMP)
 	$(COMPAT)/bin/python -m pytest -n auto
 

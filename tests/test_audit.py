@@ -245,3 +245,13 @@ def test_persistent_buffers_the_checkpoint_holds_are_not_built_for_the_reference
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     loadguard.audit(model, folder)
     assert asked[-1] == {"persistent_buffers": True}
+
+
+def test_reports_give_torchs_build_beside_its_version():
+    import torch
+
+    from loadguard.audit import versions
+
+    found = versions()
+    assert found["torch"] == torch.__version__  # with its local part: 2.13.0+cpu, 2.14.1+cu130
+    assert found["torch_build"] == (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU")

@@ -103,3 +103,34 @@ def test_one_model_whose_code_sleeps_ends_at_its_timeout(zoo_folder, tmp_path, c
     assert info.value.code == 2 and seconds < 60, seconds
     assert "Error: its scan did not finish: timed out after 5 s (killed)" in " ".join(err.split())
     assert "raise --timeout (now 5 s)" in " ".join(err.split())
+
+
+def _allocate(megabytes: int) -> int:
+    """In the child: allocate and touch ``megabytes``, hold them a moment, report the size."""
+    import time
+
+    import torch
+
+    held = torch.ones(megabytes * 2**20 // 4)
+    time.sleep(1.0)
+    return held.numel() * 4
+
+
+@pytest.mark.skipif(_forks.added() is None, reason="no /proc/self/smaps_rollup here: the limit falls back to resident memory")
+@pytest.mark.parametrize(("limit_mb", "killed"), [(192, True), (320, False)])
+def test_the_memory_limit_counts_what_the_child_adds_not_what_it_inherits(limit_mb, killed):
+    """A child that allocates 256 MB: killed under a 192 MB limit, not under 320 MB, on CPU and CUDA builds of torch alike
+    (a CUDA build's libraries, resident in the parent and not mapped into the child by fork, used to hide ~330 MB)."""
+    import torch
+
+    (outcome,) = _forks.run(_allocate, [256], timeout=60, memory_limit=limit_mb * 2**20)
+    build = f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'})"
+    if killed:
+        assert not outcome.ok and "went over the memory limit" in outcome.error and f"limit {limit_mb:.1f} MiB" in outcome.error, build
+    else:
+        assert outcome.ok and outcome.value == 256 * 2**20, (build, outcome.error)
+
+
+def test_a_fresh_child_adds_next_to_nothing():
+    (outcome,) = _forks.run(lambda _: _forks.added(), [None], timeout=60)
+    assert outcome.ok and outcome.value is not None and outcome.value < 64 * 2**20

@@ -126,3 +126,37 @@ def test_a_fleet_with_an_unloadable_model_gives_its_json_row_and_exit_3(capsys, 
     assert code == 3
     assert [(r["model"], r["ok"], r["schema_version"]) for r in rows] == [(str(zoo_folder("np_buffer")), False, 1), (missing, False, 1)]
     assert rows[1]["scanned"] is False and rows[1]["findings"] == [] and rows[1]["error"] and rows[1]["hint"]
+
+
+@needs_v5
+def test_a_baseline_keeps_known_findings_out_and_reports_new_and_fixed(capsys, zoo_folder, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    broken = str(zoo_folder("np_buffer"))
+    code, _, err = _cli(capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline), "--write-baseline")
+    assert code == 0 and "wrote 4 finding(s) to the baseline" in err
+    assert len(json.loads(baseline.read_text())["findings"]) == 4
+    code, out, err = _cli(capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline), "--format", "json")
+    assert code == 0 and not [f for f in json.loads(out)["findings"] if f["status"] != "initialized"]
+    assert "4 known finding(s) not shown" in err
+    # a copy elsewhere is the same model: its findings are known too (fingerprints hold no paths)
+    copy = _copy(zoo_folder, "np_buffer", tmp_path / "elsewhere")
+    code, _, err = _cli(capsys, "scan", copy, "--trust-remote-code", "--baseline", str(baseline))
+    assert code == 0 and "4 known finding(s) not shown" in err
+    # a finding the baseline does not know fails; one it knows that is gone is reported fixed
+    data = json.loads(baseline.read_text())
+    fingerprint = next(iter(data["findings"]))
+    gone = data["findings"].pop(fingerprint)
+    data["findings"]["0" * 64] = {**gone, "tensor": "positions.removed"}
+    baseline.write_text(json.dumps(data))
+    code, out, err = _cli(capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline))
+    assert code == 1 and gone["tensor"] in out
+    assert "3 known finding(s) not shown; fixed since: positions.removed" in err
+
+
+def test_a_bad_baseline_is_one_error(capsys, tmp_path, zoo_folder):
+    bad = tmp_path / "baseline.json"
+    bad.write_text("[1, 2]")
+    code, out, err = _cli(capsys, "scan", str(zoo_folder("clean")), "--trust-remote-code", "--baseline", str(bad))
+    assert code == 2 and "is not a loadguard baseline" in err and "Hint: write it again with --write-baseline FILE" in err
+    code, _, err = _cli(capsys, "scan", str(zoo_folder("clean")), "--write-baseline")
+    assert code == 2 and "--write-baseline needs --baseline FILE" in err

@@ -71,6 +71,20 @@ def resident(pid: int | str = "self") -> int | None:
         return None
 
 
+def added(pid: int | str = "self") -> int | None:
+    """Bytes a process holds that it does not share: its private dirty pages and its swap (Linux
+    /proc/PID/smaps_rollup). For a forked child this is what it allocated or wrote since the fork, not what it
+    inherited: its resident size would also miss the parent's shared-library pages that fork does not map into the
+    child (hundreds of MB with a CUDA build of torch) and so misjudge any limit by that much. None where it cannot be
+    read."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            fields = dict(line.split(b":", 1) for line in rollup.read().splitlines() if b":" in line)
+        return sum(int(fields[key].split()[0]) for key in (b"Private_Dirty", b"Swap") if key in fields) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def size_text(count: float) -> str:
     """Bytes as people read them: 512 B, 3.2 MiB, 1.5 GiB."""
     if count < 1024:
@@ -97,13 +111,16 @@ def run(
     function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, timeout: float | None = None, memory_limit: int | None = None
 ) -> list[Outcome]:
     """``function(item)`` for every item, each in a child of its own, ``jobs`` at a time; outcomes in item order.
-    ``memory_limit``: bytes a child may add to the resident memory it starts with (the parent's, shared at the fork)."""
+    ``memory_limit``: bytes a child may add to what it shares with its parent at the fork (:func:`added`: its private
+    pages; where that cannot be read, its resident memory beyond the parent's)."""
     pending = list(enumerate(items))
     outcomes: dict[int, Outcome] = {}
     running: dict[int, tuple[int, int, float, bytearray]] = {}  # read fd -> (index, pid, start, data)
     selector = selectors.DefaultSelector()
-    baseline = resident() if memory_limit else None
-    watch_memory = baseline is not None
+    private = added() is not None
+    baseline = 0 if private else resident() if memory_limit else None
+    watch_memory = bool(memory_limit) and baseline is not None
+    grown_by = added if private else resident
 
     def kill(fd: int, reason: str, now: float) -> None:
         index, pid, start, _ = running.pop(fd)
@@ -154,7 +171,7 @@ def run(
                 if timeout and now - start >= timeout:
                     kill(fd, f"timed out after {timeout:g} s (killed)", now)
                 elif watch_memory:
-                    grown = (resident(pid) or 0) - baseline
+                    grown = (grown_by(pid) or 0) - baseline
                     if grown > memory_limit:
                         kill(fd, f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
                                  f"limit {size_text(memory_limit)} (killed)", now)
@@ -170,4 +187,4 @@ def run(
     return [outcomes[index] for index in sorted(outcomes)]
 
 
-__all__ = ["Outcome", "available", "resident", "run", "size_text"]
+__all__ = ["Outcome", "added", "available", "resident", "run", "size_text"]

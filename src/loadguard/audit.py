@@ -39,7 +39,8 @@ class _Context:
 def versions() -> dict[str, str]:
     import transformers
 
-    out = {"torch": torch.__version__, "transformers": transformers.__version__}
+    # torch.__version__ keeps its local part (2.13.0+cpu, 2.14.1+cu130); the build says which kernels ran
+    out = {"torch": torch.__version__, "torch_build": f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", "transformers": transformers.__version__}
     try:
         import accelerate
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import click
 
-from ._common import SCHEMA_VERSION, ExitCode, emit, load_model, loading_options, stderr, stdout
+from ._common import SCHEMA_VERSION, ExitCode, apply_baseline, baseline_options, emit, load_model, loading_options, stderr, stdout
 
 
 @click.command()
@@ -17,7 +18,8 @@ from ._common import SCHEMA_VERSION, ExitCode, emit, load_model, loading_options
 @click.option("--reproducer", "reproducer_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
                    "to attach to an upstream issue.")
-def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, fmt, reproducer_dir):
+@baseline_options
+def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, fmt, reproducer_dir, baseline_file, write_baseline):
     """Load PATH with from_pretrained and report every tensor that is not what its code and checkpoint define.
 
     Exit code 0: the model as loaded is clean; 1: findings; 2: could not run.
@@ -42,6 +44,10 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
         raise
     # the model as loaded is what the exit code and `ok` describe
     report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
+    rows = apply_baseline([Row.from_report(report, str(path))], baseline_file, write_baseline)
+    if rows is None:
+        return ExitCode.CLEAN
+    report = dataclasses.replace(report, findings=rows[0].findings)  # known findings (a baseline) are neither shown nor failing
     current = after_workarounds or report
     repaired = run_repair(model, current) if do_repair and not current.ok else None
     if reproducer_dir and not report.ok:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ._common import SCHEMA_VERSION, ExitCode, emit, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import SCHEMA_VERSION, ExitCode, apply_baseline, baseline_options, emit, quiet_transformers, stderr, stdout, workarounds_from_option
 
 
 def _result(target: str, options: dict) -> dict:
@@ -203,7 +203,8 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="As from_pretrained's; a scan predicts a load on one device (offloading is not simulated).")
 @click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
 @click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder):
+@baseline_options
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -235,6 +236,11 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         rows = [_result(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
         rows = scan_fleet(targets, options, jobs, timeout, limit)
+    if baseline_file or write_baseline:
+        kept = apply_baseline([Row.from_scan(row) for row in rows], baseline_file, write_baseline)
+        if kept is None:
+            return ExitCode.CLEAN
+        rows = [{**row, "findings": [f.to_dict() for f in k.findings]} if row["scanned"] else row for row, k in zip(rows, kept)]
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
         for row in rows:
