@@ -52,6 +52,17 @@ class Row:
         return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks)
 
     @classmethod
+    def from_audit(cls, document: dict[str, Any], model: str) -> Row:
+        """An audit's JSON document (``loadguard audit --format json``), also the one for a model that could not be
+        loaded (``ok`` false, ``error``: kind, message, hint)."""
+        error = document.get("error")
+        if error:
+            return cls.failed(model, error.get("message", ""), error.get("hint"), "audit")
+        findings = tuple(Finding.from_dict(f) for f in document.get("findings", ()))
+        checks = tuple(CheckSummary(**c) for c in document.get("checks", ()))
+        return cls(model, document.get("model_class", ""), "audit", _local(model), findings, checks)
+
+    @classmethod
     def failed(cls, model: str, error: str, hint: str | None, mode: str = "audit") -> Row:
         return cls(model, "", mode, _local(model), error=error, hint=hint)
 

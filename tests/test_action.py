@@ -1,0 +1,93 @@
+"""Where users wire loadguard in: the composite GitHub Action's step, run here as the runner would run it, and the
+pre-commit hooks' definitions (their entry run in a model folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
+SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+
+
+def _step(tmp_path, **env):
+    variables = {**os.environ, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "GITHUB_OUTPUT": str(tmp_path / "output"),
+                 "LOADGUARD_SARIF": str(tmp_path / "loadguard.sarif"), **env}
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "github_action.py")], capture_output=True, text=True, cwd=tmp_path,
+                          env=variables, timeout=600)
+
+
+def test_the_action_runs_its_step_with_its_inputs():
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    steps = action["runs"]["steps"]
+    assert action["runs"]["using"] == "composite"
+    run = next(s for s in steps if s.get("id") == "loadguard")
+    assert run["run"].endswith('/tools/github_action.py"') and (ROOT / "tools" / "github_action.py").is_file()
+    used = set(re.findall(r"inputs\.([\w-]+)", (ROOT / "action.yml").read_text()))
+    assert used <= set(action["inputs"]), used - set(action["inputs"])
+    assert {v for k, v in run["env"].items()} == {f"${{{{ inputs.{name} }}}}" for name in ("models", "command", "args", "sarif", "fail-on-findings")}
+
+
+@needs_v5
+def test_the_action_step_annotates_uploads_and_summarises(tmp_path, zoo_folder):
+    shutil.copytree(zoo_folder("np_buffer"), tmp_path / "broken")
+    shutil.copytree(zoo_folder("clean"), tmp_path / "fine")
+    done = _step(tmp_path, LOADGUARD_MODELS="broken\nfine", LOADGUARD_ARGS="--trust-remote-code")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert [line.split(",")[0] for line in done.stdout.splitlines()] == ["::error file=broken/modeling_lgtoy.py"] * 4
+    sarif = json.loads((tmp_path / "loadguard.sarif").read_text())
+    jsonschema.validate(sarif, SCHEMA)
+    assert len(sarif["runs"][0]["results"]) == 4
+    assert "| broken | 4 wrong |" in (tmp_path / "summary.md").read_text() and "| fine | clean |" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "output").read_text() == "exit-code=1\n"
+    assert _step(tmp_path, LOADGUARD_MODELS="broken", LOADGUARD_FAIL_ON_FINDINGS="false").returncode == 0
+
+
+def test_the_action_step_reports_a_model_it_cannot_check(tmp_path, zoo_folder):
+    shutil.copytree(zoo_folder("clean"), tmp_path / "fine")
+    done = _step(tmp_path, LOADGUARD_COMMAND="audit", LOADGUARD_MODELS="fine missing")
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout.startswith("::error title=loadguard%3A could not check missing::")
+    sarif = json.loads((tmp_path / "loadguard.sarif").read_text())
+    jsonschema.validate(sarif, SCHEMA)
+    assert sarif["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+def test_the_pre_commit_hooks_name_real_flags_and_the_files_they_watch():
+    from click import Context
+
+    from loadguard.cli import cli
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert [h["id"] for h in hooks] == ["loadguard-scan", "loadguard-audit"]
+    with Context(cli) as ctx:
+        for hook in hooks:
+            words = shlex.split(hook["entry"])
+            command = cli.get_command(ctx, words[1])
+            options = {o for p in command.params for o in p.opts}
+            assert words[0] == "loadguard" and all(w in options for w in words[2:] if w.startswith("-"))
+            watched = re.compile(hook["files"])
+            assert all(watched.search(f) for f in ("config.json", "modeling_lgtoy.py", "sub/configuration_x.py", "model.safetensors", "model.safetensors.index.json"))
+            assert not any(watched.search(f) for f in ("README.md", "tokenizer.json", "train.py"))
+
+
+@needs_v5
+def test_the_scan_hook_entry_fails_a_broken_model_folder(tmp_path, zoo_folder):
+    hook = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())[0]
+    shutil.copytree(zoo_folder("np_buffer"), tmp_path / "repo")
+    words = shlex.split(hook["entry"])
+    done = subprocess.run([sys.executable, "-m", "loadguard", *words[1:]], cwd=tmp_path / "repo", capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "positions.index" in done.stdout
