@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import shutil
 import subprocess
@@ -435,3 +436,39 @@ def test_tables_keep_one_row_a_line_in_a_log(run, zoo_folder):
     (detail,) = [line for line in out.splitlines() if line.startswith("decoder.embed_tokens.weight:")]
     assert "never tied)" in detail  # one line, however long
     assert all(line.startswith(("┏", "┃", "┡", "│", "└")) for line in out.split("\n┏", 1)[-1].split("┘")[0].splitlines()[1:])
+
+
+def test_global_options_are_accepted_anywhere_before_the_double_dash():
+    from loadguard.cli import _hoist_globals
+
+    arguments, settings = _hoist_globals(["scan", "x", "--verbose", "--color=never", "--quiet", "--", "--verbose"])
+    assert arguments == ["--verbose", "--quiet", "--color", "never", "scan", "x", "--", "--verbose"]
+    assert settings == {"verbose": True, "quiet": True, "color": "never"}
+    assert _hoist_globals(["audit", "m", "--color", "always"])[1]["color"] == "always"
+
+
+@needs_v5
+def test_quiet_keeps_only_results_errors_and_hints(run, zoo_folder):
+    folder = str(zoo_folder("v4_rope_scaling"))
+    code, out, err = run("audit", folder, "--trust-remote-code", "--workaround", "auto", "--quiet")
+    assert code == 1 and "positions.index" in out
+    assert "not shown" not in err and "Loading" not in err and err.startswith("Hint:")
+
+
+def test_from_files_take_comments_and_blank_lines(run, zoo_folder, tmp_path):
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"# the models we cover\n\n{zoo_folder('clean')}   # the clean one\n\t\n{zoo_folder('declined_tie')}\n")
+    code, out, _ = run("scan", "--from", str(listing), "--trust-remote-code", "--format", "json")
+    assert code == 0 and [json.loads(line)["model"] for line in out.splitlines()] == [str(zoo_folder("clean")), str(zoo_folder("declined_tie"))]
+
+
+def test_color_never_and_no_color_print_no_escape_codes(tmp_path):
+    env = {**os.environ, "FORCE_COLOR": "1"}
+    import re
+
+    done = subprocess.run([sys.executable, "-m", "loadguard", "zoo", "list", "--color", "never"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "\x1b[" not in done.stdout  # no escape code at all
+    done = subprocess.run([sys.executable, "-m", "loadguard", "zoo", "list"], capture_output=True, text=True, env={**env, "NO_COLOR": "1"}, timeout=120)
+    assert done.returncode == 0 and not re.search(r"\x1b\[(?:3|9)\d", done.stdout)  # NO_COLOR: no color (bold may stay, as its spec says)
+    done = subprocess.run([sys.executable, "-m", "loadguard", "--color", "always", "zoo", "list"], capture_output=True, text=True, timeout=120)
+    assert "\x1b[" in done.stdout

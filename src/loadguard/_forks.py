@@ -107,14 +107,33 @@ def _describe_exit(status: int) -> str:
     return f"the process exited with code {os.WEXITSTATUS(status)} before reporting"
 
 
+class _Reported(dict):
+    """The outcomes, each reported to ``on_done`` as it is recorded."""
+
+    def __init__(self, on_done: Callable[[int, Outcome], None]):
+        super().__init__()
+        self.on_done = on_done
+
+    def __setitem__(self, index: int, outcome: Outcome) -> None:
+        super().__setitem__(index, outcome)
+        self.on_done(index, outcome)
+
+
 def run(
-    function: Callable[[Any], Any], items: Iterable[Any], *, jobs: int = 1, timeout: float | None = None, memory_limit: int | None = None
+    function: Callable[[Any], Any],
+    items: Iterable[Any],
+    *,
+    jobs: int = 1,
+    timeout: float | None = None,
+    memory_limit: int | None = None,
+    on_done: Callable[[int, Outcome], None] | None = None,
 ) -> list[Outcome]:
     """``function(item)`` for every item, each in a child of its own, ``jobs`` at a time; outcomes in item order.
     ``memory_limit``: bytes a child may add to what it shares with its parent at the fork (:func:`added`: its private
-    pages; where that cannot be read, its resident memory beyond the parent's)."""
+    pages; where that cannot be read, its resident memory beyond the parent's). ``on_done(index, outcome)`` is called
+    as each item finishes (a progress bar)."""
     pending = list(enumerate(items))
-    outcomes: dict[int, Outcome] = {}
+    outcomes: dict[int, Outcome] = _Reported(on_done) if on_done else {}
     running: dict[int, tuple[int, int, float, bytearray]] = {}  # read fd -> (index, pid, start, data)
     selector = selectors.DefaultSelector()
     private = added() is not None

@@ -14,7 +14,7 @@ import warnings
 import click
 
 from ..errors import LoadguardError
-from ._common import ExitCode, machine_output, set_verbose, stderr
+from ._common import SETTINGS, ExitCode, machine_output, note, stderr
 
 
 class _LazyGroup(click.Group):
@@ -53,17 +53,34 @@ class _LazyGroup(click.Group):
     help="Show transformers' warnings, progress bars and the Python warnings of the model's code (hidden otherwise; "
     "a finding a warning explains quotes it anyway). Also accepted after the command.",
 )
-def cli(verbose: bool) -> None:
+@click.option("--quiet", is_flag=True, help="Only results, errors and hints: no progress, no notes on stderr. Also accepted after the command.")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="auto: color on a terminal unless NO_COLOR is set. Also accepted after the command.")
+def cli(verbose: bool, quiet: bool, color: str) -> None:
     """Prove a model came out of loading exactly as its checkpoint and its code define it."""
 
 
-def _hoist_verbose(arguments: list[str]) -> tuple[list[str], bool]:
-    """``loadguard scan X --verbose`` as ``loadguard --verbose scan X``: the flag is global; arguments after ``--``
-    (pytest's, for ``repeat``) are not ours."""
+_GLOBAL_FLAGS = ("--verbose", "--quiet")
+
+
+def _hoist_globals(arguments: list[str]) -> tuple[list[str], dict]:
+    """``loadguard scan X --verbose --color never`` as ``loadguard --verbose --color never scan X``: these options are
+    global, accepted anywhere before ``--`` (what follows it, pytest's arguments for ``repeat``, is not ours)."""
     end = arguments.index("--") if "--" in arguments else len(arguments)
-    verbose = "--verbose" in arguments[:end]
-    kept = [a for a in arguments[:end] if a != "--verbose"] + arguments[end:]
-    return (["--verbose", *kept] if verbose else kept), verbose
+    settings: dict = {"verbose": False, "quiet": False, "color": "auto"}
+    kept: list[str] = []
+    words = iter(arguments[:end])
+    for word in words:
+        if word in _GLOBAL_FLAGS:
+            settings[word[2:]] = True
+        elif word == "--color":
+            settings["color"] = next(words, "auto")
+        elif word.startswith("--color="):
+            settings["color"] = word.split("=", 1)[1]
+        else:
+            kept.append(word)
+    front = [flag for flag in _GLOBAL_FLAGS if settings[flag[2:]]] + ["--color", settings["color"]]
+    return front + kept + arguments[end:], settings
 
 
 @contextlib.contextmanager
@@ -82,7 +99,7 @@ def _warnings_kept(verbose: bool):
         for kept in (w for w in caught if issubclass(w.category, LoadguardWarning)):
             stderr().print(f"Warning: {kept.message}", highlight=False)
         if hidden:
-            stderr().print(f"({len(hidden)} warning(s) from transformers or the model's code not shown: --verbose shows them)", highlight=False)
+            note(f"({len(hidden)} warning(s) from transformers or the model's code not shown: --verbose shows them)")
 
 
 def _machine_format(arguments: list[str]) -> bool:
@@ -98,8 +115,9 @@ def _machine_format(arguments: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
-    arguments, verbose = _hoist_verbose(list(sys.argv[1:] if argv is None else argv))
-    set_verbose(verbose)
+    arguments, settings = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    SETTINGS.update(settings if settings["color"] in ("auto", "always", "never") else {**settings, "color": "auto"})
+    verbose = settings["verbose"]
     try:
         with machine_output(_machine_format(arguments)), _warnings_kept(verbose):
             code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False)

@@ -71,25 +71,38 @@ NON_TTY_WIDTH = 100_000
 """What a table may take when stdout is a log or a pipe: all it needs, so no cell folds and no row wraps."""
 
 
+SETTINGS: dict[str, Any] = {"verbose": False, "quiet": False, "color": "auto"}
+"""The global options (``--verbose``, ``--quiet``, ``--color``), set once before a command runs."""
+
+
+def _colors() -> dict[str, Any]:
+    """``--color auto`` lets rich decide (a terminal gets color unless ``NO_COLOR`` is set); ``always`` / ``never``."""
+    return {"always": {"force_terminal": True}, "never": {"no_color": True, "color_system": None}}.get(SETTINGS["color"], {})
+
+
 @functools.cache
 def stdout() -> Console:
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:  # logs and pipes: nothing wraps, a table keeps one row a line however long
-        console = Console(soft_wrap=True, width=NON_TTY_WIDTH)
+    console = Console(soft_wrap=False, **_colors())
+    if not sys.stdout.isatty():  # logs and pipes: nothing wraps, a table keeps one row a line however long
+        console = Console(soft_wrap=True, width=NON_TTY_WIDTH, **_colors())
     return console
 
 
 @functools.cache
 def stderr() -> Console:
-    return Console(stderr=True, soft_wrap=True)
+    return Console(stderr=True, soft_wrap=True, **_colors())
 
 
-_verbose: list[bool] = [False]
+def note(text: str) -> None:
+    """A message that is not a result, a finding or an error (progress, what was written, what was kept back): on
+    stderr, unless ``--quiet``."""
+    if not SETTINGS["quiet"]:
+        stderr().print(text, highlight=False)
 
 
 def set_verbose(verbose: bool) -> None:
     """``--verbose``: transformers' warnings and progress bars are shown (see :func:`quiet_transformers`)."""
-    _verbose[0] = verbose
+    SETTINGS["verbose"] = verbose
 
 
 def quiet_transformers() -> None:
@@ -97,7 +110,7 @@ def quiet_transformers() -> None:
     finding that one of its warnings explains quotes it anyway (:mod:`loadguard._noise` hears them either way)."""
     import transformers
 
-    if _verbose[0]:
+    if SETTINGS["verbose"]:
         transformers.logging.set_verbosity_warning()
         return
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -111,6 +124,9 @@ def progress(message: str, after: float = 1.0):
     console = stderr()
     state: dict[str, Any] = {}
     lock = threading.Lock()
+    if SETTINGS["quiet"]:
+        yield
+        return
 
     def start():
         with lock:
@@ -133,6 +149,21 @@ def progress(message: str, after: float = 1.0):
             state["done"] = True
             if "status" in state:
                 state["status"].stop()
+
+
+@contextlib.contextmanager
+def fleet_progress(total: int):
+    """A progress bar on stderr for a fleet of ``total`` models, when stderr is a terminal and not ``--quiet`` (a CI
+    log gets none); yields ``advance(index, outcome)`` for :func:`loadguard._forks.run`'s ``on_done``."""
+    console = stderr()
+    if SETTINGS["quiet"] or not console.is_terminal or total < 2:
+        yield lambda index, outcome: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("models", total=total)
+        yield lambda index, outcome: bar.advance(task)
 
 
 def workarounds_from_option(expose: bool = False):
@@ -316,12 +347,12 @@ def apply_baseline(rows, baseline_file: str | None, write_baseline: bool):
         if not baseline_file:
             raise InvalidOptionError("--write-baseline needs --baseline FILE: where to write it", "add --baseline loadguard-baseline.json")
         count = baseline.write(rows, baseline_file)
-        stderr().print(f"wrote {count} finding(s) to the baseline {baseline_file}", highlight=False)
+        note(f"wrote {count} finding(s) to the baseline {baseline_file}")
         return None
     if not baseline_file:
         return rows
     kept, known, fixed = baseline.apply(rows, baseline.read(baseline_file))
-    stderr().print(baseline.report(known, fixed, baseline_file), highlight=False)
+    note(baseline.report(known, fixed, baseline_file))
     return kept
 
 

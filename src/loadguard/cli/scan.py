@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ._common import SCHEMA_VERSION, ExitCode, apply_baseline, baseline_options, emit, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import SCHEMA_VERSION, ExitCode, apply_baseline, baseline_options, emit, fleet_progress, quiet_transformers, stderr, stdout, workarounds_from_option
 
 
 def _result(target: str, options: dict) -> dict:
@@ -104,7 +104,9 @@ def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | No
 
     from .. import scan as _scan_module  # noqa: F401
 
-    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit)
+    with fleet_progress(len(targets)) as advance:
+        outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit,
+                              on_done=advance)
     rows = []
     for target, outcome in zip(targets, outcomes):
         if outcome.ok:
@@ -141,7 +143,7 @@ def _targets(paths, from_file) -> list[str]:
             lines = Path(from_file).read_text().splitlines()
         except OSError as error:
             raise InvalidOptionError(f"--from {from_file}: {error.strerror}", "pass a file with one model folder or Hub id per line") from None
-        targets += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        targets += [kept for line in lines if (kept := line.split(" #", 1)[0].split("\t#", 1)[0].strip()) and not kept.startswith("#")]
     if not targets:
         raise InvalidOptionError("no model to scan", "pass model folders or Hub ids, or --from FILE with one per line")
     return targets
