@@ -134,3 +134,17 @@ def test_the_memory_limit_counts_what_the_child_adds_not_what_it_inherits(limit_
 def test_a_fresh_child_adds_next_to_nothing():
     (outcome,) = _forks.run(lambda _: _forks.added(), [None], timeout=60)
     assert outcome.ok and outcome.value is not None and outcome.value < 64 * 2**20
+
+
+def test_scan_many_is_the_fleet_in_python(zoo_folder, tmp_path):
+    import loadguard
+
+    missing = str(tmp_path / "no-such-model")
+    rows = loadguard.scan_many([str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing], trust_remote_code=True, jobs=2)
+    assert [row.model for row in rows] == [str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing]
+    broken, clean, unloadable = rows
+    assert isinstance(broken, loadguard.Row) and not broken.ok and all(f.predicted for f in broken.failures)
+    assert {f.tensor for f in broken.failures} >= {"positions.index", "positions.table"}
+    assert clean.ok and unloadable.checked is False and unloadable.error and unloadable.hint
+    with pytest.raises(Exception):  # frozen: results are data
+        broken.model = "x"

@@ -33,6 +33,8 @@ _EXPORTS = {
     "poison": "poison",
     "repair": "repair",
     "scan": "scan",
+    "scan_many": "fleet",
+    "Row": "formats",
     "TraceResult": "runner.trace",
     "trace": "runner.trace",
     "WorkaroundOutcome": "workarounds",
@@ -43,7 +45,7 @@ _EXPORTS = {
     "RepairResult": "report",
     "Unrepaired": "report",
 }
-_SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "inventory", "matrix", "reference", "report", "runner", "workarounds", "zoo")
+_SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "formats", "inventory", "matrix", "reference", "report", "runner", "workarounds", "zoo")
 # ("scan" is a verb: loadguard.scan is the function, as loadguard.audit is)
 
 if TYPE_CHECKING:
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     from .poison import poison
     from .repair import repair
     from .scan import scan
+    from .fleet import scan_many
+    from .formats import Row
     from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
     from .runner.trace import TraceResult, trace
     from .workarounds import WorkaroundOutcome, workaround
@@ -94,6 +98,7 @@ __all__ = [
     "LoadguardError",
     "LoadguardWarning",
     "RepairResult",
+    "Row",
     "TraceResult",
     "WorkaroundOutcome",
     "Unrepaired",
@@ -102,6 +107,7 @@ __all__ = [
     "poison",
     "repair",
     "scan",
+    "scan_many",
     "trace",
     "workaround",
 ]

@@ -7,7 +7,8 @@ import json
 
 import click
 
-from ._common import SCHEMA_VERSION, ExitCode, apply_baseline, baseline_options, emit, load_model, loading_options, stderr, stdout
+from ._baseline import apply_baseline, baseline_options
+from ._common import SCHEMA_VERSION, ExitCode, emit, load_model, loading_options, stderr, stdout
 
 
 @click.command()

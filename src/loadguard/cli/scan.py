@@ -14,47 +14,11 @@ from pathlib import Path
 
 import click
 
-from ._common import SCHEMA_VERSION, ExitCode, apply_baseline, baseline_options, emit, fleet_progress, quiet_transformers, stderr, stdout, workarounds_from_option
+from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
+from ._baseline import apply_baseline, baseline_options
+from ._common import SCHEMA_VERSION, ExitCode, emit, fleet_progress, quiet_transformers, stderr, stdout, workarounds_from_option
 
 
-def _result(target: str, options: dict) -> dict:
-    """One model's scan as JSON-able data: the report, or why it could not be scanned."""
-    from .. import workarounds as registry
-    from .._transformers import return_freed_memory
-    from ..errors import LoadguardError, hint_for
-    from ..scan import scan
-
-    quiet_transformers()
-    return_freed_memory()  # this process only scans: keep construction scratch from staying resident
-    for file in options.get("workaround_files", ()):
-        registry.load_file(file)
-    try:
-        report = scan(
-            target,
-            model_class=options.get("auto_class"),
-            keys=options.get("keys", "auto"),
-            dtype=options.get("dtype"),
-            workarounds=list(options.get("workarounds", ())),
-            trust_remote_code=options.get("trust_remote_code", False),
-            **options.get("placement", {}),
-        )
-    except LoadguardError as error:
-        return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes)}
-    except Exception as error:  # a model's code failing in a way nothing translated: a row, not an abort
-        return {"model": target, "scanned": False, "error": f"unexpected {type(error).__name__}: {error}", "hint": "set LOADGUARD_DEBUG=1 and scan it alone", "fixes": []}
-    return {"model": target, "scanned": True, **report.to_dict()}
-
-
-def _scan_in_fresh_interpreter(target: str, options: dict) -> dict:
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    return _result(target, options)
-
-
-def _scan_in_child(item: tuple[str, dict]) -> dict:
-    return _result(*item)
-
-
-DEFAULT_TIMEOUT = 900.0
 
 
 def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
@@ -87,51 +51,6 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
     if not measurable:
         raise InvalidOptionError("--memory-limit needs /proc to read a scan's memory, which this system lacks", "leave it out (--memory-limit none)")
     return size
-
-
-def scan_fleet(targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None) -> list[dict]:
-    """Each target in a child forked for it alone from this process, which imports torch, transformers and loadguard
-    once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout``, grows past ``limit`` bytes
-    or dies is a row saying so. Where fork is not available: fresh interpreters. Results in the order of ``targets``."""
-    from .. import _forks
-    from ..scan import OVER_MEMORY_HINT
-
-    if not _forks.available():
-        return scan_fleet_spawned(targets, options, jobs)
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import transformers  # noqa: F401  (imported once, here, before any fork)
-    from transformers import PreTrainedModel  # noqa: F401
-
-    from .. import scan as _scan_module  # noqa: F401
-
-    with fleet_progress(len(targets)) as advance:
-        outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit,
-                              on_done=advance)
-    rows = []
-    for target, outcome in zip(targets, outcomes):
-        if outcome.ok:
-            rows.append(outcome.value)
-        else:
-            if "memory limit" in outcome.error:
-                hint = OVER_MEMORY_HINT
-            elif "timed out" in outcome.error:
-                hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
-                        "lock, input) never finishes")
-            else:
-                hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
-            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": []})
-    return rows
-
-
-def scan_fleet_spawned(targets: list[str], options: dict, jobs: int) -> list[dict]:
-    """Each target in a fresh interpreter (spawned, importing torch and transformers anew), ``jobs`` at a time."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
-        futures = [pool.submit(_scan_in_fresh_interpreter, target, options) for target in targets]
-        return [future.result() for future in futures]
 
 
 def _targets(paths, from_file) -> list[str]:
@@ -237,7 +156,8 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     if not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
         rows = [_result(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
-        rows = scan_fleet(targets, options, jobs, timeout, limit)
+        with fleet_progress(len(targets)) as advance:
+            rows = scan_fleet(targets, options, jobs, timeout, limit, on_done=advance)
     if baseline_file or write_baseline:
         kept = apply_baseline([Row.from_scan(row) for row in rows], baseline_file, write_baseline)
         if kept is None:

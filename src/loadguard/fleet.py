@@ -1,0 +1,137 @@
+"""Fleets: many models scanned, each in a child forked for it alone from a process that imported torch, transformers and
+loadguard once (:mod:`loadguard._forks`), ``jobs`` at a time, each stopped past its ``timeout`` or ``memory_limit``.
+What ``loadguard scan A B C`` / ``--from FILE`` runs, and :func:`scan_many` in Python.
+
+Example::
+
+    rows = loadguard.scan_many(["./model-a", "org/model-b"], trust_remote_code=True, jobs=2)
+    for row in rows:
+        print(row.model, "clean" if row.ok else [f.tensor for f in row.failures] or row.error)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .formats import Row
+
+DEFAULT_TIMEOUT = 900.0
+
+
+def _quiet() -> None:
+    """In a fleet's child (its own process): transformers' progress bars and load reports off."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _result(target: str, options: dict) -> dict:
+    """One model's scan as JSON-able data: the report, or why it could not be scanned."""
+    from . import workarounds as registry
+    from ._transformers import return_freed_memory
+    from .errors import LoadguardError, hint_for
+    from .scan import scan
+
+    _quiet()
+    return_freed_memory()  # this process only scans: keep construction scratch from staying resident
+    for file in options.get("workaround_files", ()):
+        registry.load_file(file)
+    try:
+        report = scan(
+            target,
+            model_class=options.get("auto_class"),
+            keys=options.get("keys", "auto"),
+            dtype=options.get("dtype"),
+            workarounds=list(options.get("workarounds", ())),
+            trust_remote_code=options.get("trust_remote_code", False),
+            **options.get("placement", {}),
+        )
+    except LoadguardError as error:
+        return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes)}
+    except Exception as error:  # a model's code failing in a way nothing translated: a row, not an abort
+        return {"model": target, "scanned": False, "error": f"unexpected {type(error).__name__}: {error}", "hint": "set LOADGUARD_DEBUG=1 and scan it alone", "fixes": []}
+    return {"model": target, "scanned": True, **report.to_dict()}
+
+
+def _scan_in_fresh_interpreter(target: str, options: dict) -> dict:
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return _result(target, options)
+
+
+def _scan_in_child(item: tuple[str, dict]) -> dict:
+    return _result(*item)
+
+
+def scan_fleet(
+    targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None, on_done=None
+) -> list[dict]:
+    """Each target in a child forked for it alone from this process, which imports torch, transformers and loadguard
+    once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout``, grows past ``limit`` bytes
+    or dies is a row saying so. Where fork is not available: fresh interpreters. Results in the order of ``targets``."""
+    from . import _forks
+    from .scan import OVER_MEMORY_HINT
+
+    if not _forks.available():
+        return scan_fleet_spawned(targets, options, jobs)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers  # noqa: F401  (imported once, here, before any fork)
+    from transformers import PreTrainedModel  # noqa: F401
+
+    from . import scan as _scan_module  # noqa: F401
+
+    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit, on_done=on_done)
+    rows = []
+    for target, outcome in zip(targets, outcomes):
+        if outcome.ok:
+            rows.append(outcome.value)
+        else:
+            if "memory limit" in outcome.error:
+                hint = OVER_MEMORY_HINT
+            elif "timed out" in outcome.error:
+                hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
+                        "lock, input) never finishes")
+            else:
+                hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
+            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": []})
+    return rows
+
+
+def scan_fleet_spawned(targets: list[str], options: dict, jobs: int) -> list[dict]:
+    """Each target in a fresh interpreter (spawned, importing torch and transformers anew), ``jobs`` at a time."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
+        futures = [pool.submit(_scan_in_fresh_interpreter, target, options) for target in targets]
+        return [future.result() for future in futures]
+
+
+def scan_many(
+    targets: Iterable[str],
+    *,
+    trust_remote_code: bool = False,
+    auto_class: str | None = None,
+    dtype: str | None = None,
+    keys: str = "auto",
+    workarounds: Sequence[str] = (),
+    jobs: int = 1,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    memory_limit: int | None = None,
+    **from_pretrained: Any,
+) -> list[Row]:
+    """Scan every model folder or Hub id in ``targets`` (as ``loadguard scan``), each in a child process of its own;
+    one :class:`loadguard.formats.Row` per target, in order: its predicted findings, or why it could not be scanned
+    (``row.error``, ``row.hint``). ``memory_limit``: bytes one model's scan may add (None: no limit)."""
+    options = {
+        "placement": dict(from_pretrained), "trust_remote_code": trust_remote_code, "auto_class": auto_class, "dtype": dtype,
+        "keys": keys, "workarounds": list(workarounds), "workaround_files": [],
+    }
+    return [Row.from_scan(row) for row in scan_fleet(list(targets), options, jobs, timeout, memory_limit)]
+
+
+__all__ = ["DEFAULT_TIMEOUT", "scan_fleet", "scan_many"]
