@@ -148,3 +148,26 @@ def test_scan_many_is_the_fleet_in_python(zoo_folder, tmp_path):
     assert clean.ok and unloadable.checked is False and unloadable.error and unloadable.hint
     with pytest.raises(Exception):  # frozen: results are data
         broken.model = "x"
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "loadguard", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("command", ["audit", "compare", "trace"])
+def test_single_model_commands_honour_the_memory_limit(zoo_folder, tmp_path, command):
+    hog = _with_code(zoo_folder, tmp_path, f"hog_{command}", HOG.replace("time.sleep(60)", "time.sleep(30)"))
+    done = _cli(command, hog, "--trust-remote-code", "--memory-limit", "200MB")
+    assert done.returncode == 2 and "went over the memory limit" in done.stderr and "limit 190.7 MiB" in done.stderr, done.stderr[-1500:]
+    assert "Hint: raise --memory-limit if the model only needs more" in done.stderr
+
+
+def test_single_model_commands_honour_the_timeout_and_run_within_limits(zoo_folder, tmp_path):
+    sleeper = _with_code(zoo_folder, tmp_path, "sleeps", "import time\ntime.sleep(120)")
+    done = _cli("audit", sleeper, "--trust-remote-code", "--timeout", "5")
+    assert done.returncode == 2 and "timed out after 5 s (killed)" in done.stderr and "raise --timeout" in done.stderr
+    within = _cli("audit", str(zoo_folder("clean")), "--trust-remote-code", "--timeout", "120", "--memory-limit", "4GB", "--format", "json")
+    assert within.returncode == 0 and within.stdout.lstrip().startswith("{") and '"ok": true' in within.stdout

@@ -8,10 +8,12 @@ import json
 import click
 
 from ._baseline import apply_baseline, baseline_options
+from ._limits import limits_options
 from ._common import SCHEMA_VERSION, ExitCode, emit, load_model, loading_options, stderr, stdout
 
 
 @click.command()
+@limits_options
 @loading_options
 @click.option("--repair", "do_repair", is_flag=True, help="Also repair in memory and say whether the result audits clean (never writes to PATH).")
 @click.option("--format", "fmt", type=click.Choice(["human", "json", "sarif", "github", "junit"]), default="human", show_default=True,

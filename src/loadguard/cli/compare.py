@@ -6,11 +6,13 @@ import json
 
 import click
 
+from ._limits import limits_options
 from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
 from ._reference import attribute_crash, reference_runner
 
 
 @click.command()
+@limits_options
 @loading_options
 @click.option("--prompt", "prompts", multiple=True, help="Prompt (repeatable). Default: the zoo entry's, else a built-in set.")
 @click.option("--image", "image_paths", multiple=True, type=click.Path(dir_okay=False), help="Image for every prompt (repeatable).")

@@ -1,0 +1,69 @@
+"""``--timeout`` and ``--memory-limit`` for the commands that run one model's code in this process (audit, compare,
+trace): given either, the command's work runs in a child forked for it (:mod:`loadguard._forks`), which is killed past
+the limit; the child prints its own output, the parent says which limit stopped it. Neither given: no child, no limit
+(the default, as a plain ``from_pretrained`` has none)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from ._common import ExitCode, stderr
+
+
+def _body(call):
+    """In the child: the command, its own errors printed as the CLI prints them; the exit code comes back."""
+    from ..errors import LoadguardError, hint_for
+
+    try:
+        code = call()
+    except LoadguardError as error:
+        stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
+        hint = hint_for(error, "cli")
+        if hint:
+            stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
+        code = ExitCode.COULD_NOT_RUN
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return int(code if code is not None else ExitCode.CLEAN)
+
+
+def limits_options(command):
+    """Adds ``--timeout SECONDS`` and ``--memory-limit SIZE`` to a command that runs one model's code."""
+
+    @functools.wraps(command)
+    def limited(*args, timeout=None, memory=None, **kwargs):
+        from .. import _forks
+        from ..errors import InvalidOptionError, LoadguardError
+        from .scan import memory_limit
+
+        limit = memory_limit(memory, 1, fleet=False) if memory else None
+        if timeout is None and limit is None:
+            return command(*args, **kwargs)
+        if not _forks.available():
+            raise InvalidOptionError("--timeout and --memory-limit need os.fork, which this system lacks", "leave them out")
+        import transformers  # noqa: F401  (imported here, once, not in the child)
+
+        (outcome,) = _forks.run(lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit)
+        if outcome.ok:
+            return outcome.value
+        which = "--memory-limit" if "memory limit" in outcome.error else "--timeout" if "timed out" in outcome.error else None
+        raise LoadguardError(
+            f"{kwargs.get('path', 'the model')}: the command did not finish: {outcome.error}",
+            f"raise {which} if the model only needs more" if which else "run it again with LOADGUARD_DEBUG=1 to see why",
+        )
+
+    limited = click.option(
+        "--memory-limit", "memory", default=None, metavar="SIZE",
+        help="Memory the model's load and run may add (e.g. 8GB); past it, the command is stopped and says so. Default: none.",
+    )(limited)
+    return click.option(
+        "--timeout", type=click.FloatRange(1, None), default=None, metavar="SECONDS",
+        help="Seconds the model's load and run may take; past it, the command is stopped and says so. Default: none.",
+    )(limited)
+
+
+__all__ = ["limits_options"]
