@@ -24,6 +24,7 @@ class _LazyGroup(click.Group):
     _commands = {
         "audit": ("audit", "audit"),
         "compare": ("compare", "compare"),
+        "config": ("config", "config"),
         "trace": ("trace", "trace"),
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
@@ -67,7 +68,7 @@ def _hoist_globals(arguments: list[str]) -> tuple[list[str], dict]:
     """``loadguard scan X --verbose --color never`` as ``loadguard --verbose --color never scan X``: these options are
     global, accepted anywhere before ``--`` (what follows it, pytest's arguments for ``repeat``, is not ours)."""
     end = arguments.index("--") if "--" in arguments else len(arguments)
-    settings: dict = {"verbose": False, "quiet": False, "color": "auto"}
+    settings: dict = {"verbose": False, "quiet": False, "color": None}
     kept: list[str] = []
     words = iter(arguments[:end])
     for word in words:
@@ -79,8 +80,24 @@ def _hoist_globals(arguments: list[str]) -> tuple[list[str], dict]:
             settings["color"] = word.split("=", 1)[1]
         else:
             kept.append(word)
-    front = [flag for flag in _GLOBAL_FLAGS if settings[flag[2:]]] + ["--color", settings["color"]]
+    front = [flag for flag in _GLOBAL_FLAGS if settings[flag[2:]]] + (["--color", settings["color"]] if settings["color"] else [])
     return front + kept + arguments[end:], settings
+
+
+def _defaults(project) -> dict:
+    """click's default_map from ``[tool.loadguard]``: what the table sets, for each command that has the option."""
+    from .._settings import default_map
+
+    if not project.values:
+        return {}
+    commands, formats = {}, {}
+    with click.Context(cli) as ctx:
+        for name in cli.list_commands(ctx):
+            command = cli.get_command(ctx, name)
+            commands[name] = {p.name for p in command.params}
+            fmt = next((p for p in command.params if p.name == "fmt"), None)
+            formats[name] = tuple(getattr(fmt.type, "choices", ())) if fmt is not None else ()
+    return default_map(project, commands, formats)
 
 
 @contextlib.contextmanager
@@ -102,8 +119,12 @@ def _warnings_kept(verbose: bool):
             note(f"({len(hidden)} warning(s) from transformers or the model's code not shown: --verbose shows them)")
 
 
-def _machine_format(arguments: list[str]) -> bool:
-    """``--format json`` / ``--format=markdown``: the output is for a machine; stdout must hold only it."""
+def _machine_format(arguments: list[str], configured: str = "human") -> bool:
+    """``--format json`` / ``--format=markdown`` (or a machine format set in ``[tool.loadguard]`` and not overridden):
+    the output is for a machine; stdout must hold only it."""
+    given = any(a == "--format" or a.startswith("--format=") for a in arguments[: arguments.index("--") if "--" in arguments else None])
+    if not given and configured in ("json", "markdown", "sarif", "github", "junit"):
+        return True
     for index, argument in enumerate(arguments):
         if argument == "--":
             return False
@@ -116,11 +137,15 @@ def _machine_format(arguments: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
     arguments, settings = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
-    SETTINGS.update(settings if settings["color"] in ("auto", "always", "never") else {**settings, "color": "auto"})
     verbose = settings["verbose"]
     try:
-        with machine_output(_machine_format(arguments)), _warnings_kept(verbose):
-            code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False)
+        from .._settings import load as load_settings
+
+        project = load_settings()  # [tool.loadguard]: defaults; the command line overrides them
+        settings["color"] = settings["color"] or project.get("color")
+        SETTINGS.update(settings if settings["color"] in ("auto", "always", "never") else {**settings, "color": "auto"})
+        with machine_output(_machine_format(arguments, project.get("format"))), _warnings_kept(verbose):
+            code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False, default_map=_defaults(project))
     except LoadguardError as error:
         if debug:
             traceback.print_exc()

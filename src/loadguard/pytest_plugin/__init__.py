@@ -37,8 +37,10 @@ from ._workers import pytest_sessionfinish, pytest_testnodedown  # noqa: F401
 
 def pytest_addoption(parser):
     group = parser.getgroup("loadguard", "audit Hugging Face model loads (loadguard)")
-    group.addoption("--loadguard", choices=POLICIES, default="off", help="audit every from_pretrained: off, warn, fail or repair (default: off)")
-    group.addoption("--loadguard-poison", action="store_true", default=False, help="run model loads under loadguard.poison() (leftover memory becomes NaN)")
+    group.addoption("--loadguard", choices=POLICIES, default=None,
+                    help="audit every from_pretrained: off, warn, fail or repair (default: [tool.loadguard] plugin, else off)")
+    group.addoption("--loadguard-poison", action="store_true", default=None,
+                    help="run model loads under loadguard.poison() (leftover memory becomes NaN; default: [tool.loadguard] poison)")
     group.addoption("--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON")
     group.addoption(
         "--loadguard-workarounds-from", action="append", default=[], metavar="FILE", help="import a Python file that registers workarounds (repeatable)"
@@ -50,9 +52,20 @@ def pytest_configure(config):
         "markers",
         "loadguard(policy=None, workarounds=(), strict_stale=False): per-test loadguard policy and workarounds",
     )
+    policy, poison = config.getoption("--loadguard"), config.getoption("--loadguard-poison")
+    if policy is None or poison is None:  # not given: the project's [tool.loadguard], found from the run's root
+        from .._settings import load
+        from ..errors import LoadguardError
+
+        try:
+            project = load(config.rootpath)
+        except LoadguardError as error:
+            raise pytest.UsageError(f"{error.message}\nHint: {error.hint}") from None
+        policy = policy if policy is not None else project.get("plugin")
+        poison = poison if poison is not None else project.get("poison")
     session = Session(
-        policy=config.getoption("--loadguard"),
-        poison=config.getoption("--loadguard-poison"),
+        policy=policy,
+        poison=bool(poison),
         record_path=config.getoption("--loadguard-record"),
     )
     files = config.getoption("--loadguard-workarounds-from") or []

@@ -1,0 +1,32 @@
+"""``loadguard config``: the configuration in effect here, and where each value comes from."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._common import emit, stdout
+
+
+@click.command()
+@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+def config(fmt):
+    """Print the effective [tool.loadguard] configuration (the nearest pyproject.toml that has the table), each value with
+    where it came from. Command-line flags override every value."""
+    from .._settings import KEYS, load
+
+    settings = load()
+    rows = [{"key": key, "value": settings.get(key), "source": settings.origin(key), "sets": KEYS[key][2]} for key in KEYS]
+    if fmt == "json":
+        emit(json.dumps({"file": str(settings.source) if settings.source else None, "settings": rows}, indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(header_style="bold", title=f"loadguard configuration ({settings.source or 'no [tool.loadguard] table found: defaults'})")
+    for column in ("key", "value", "from", "sets"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["key"], json.dumps(row["value"]), row["source"], row["sets"])
+    stdout().print(table)
+    return 0
