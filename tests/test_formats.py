@@ -125,7 +125,8 @@ def test_a_fleet_with_an_unloadable_model_gives_its_json_row_and_exit_3(capsys, 
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 3
     assert [(r["model"], r["ok"], r["schema_version"]) for r in rows] == [(str(zoo_folder("np_buffer")), False, 1), (missing, False, 1)]
-    assert rows[1]["scanned"] is False and rows[1]["findings"] == [] and rows[1]["error"] and rows[1]["hint"]
+    assert rows[1]["scanned"] is False and rows[1]["findings"] == [] and rows[1]["error"]["message"] and rows[1]["error"]["hint"]
+    assert rows[1]["error"]["kind"] == "ModelNotFoundError"
 
 
 @needs_v5
@@ -160,3 +161,25 @@ def test_a_bad_baseline_is_one_error(capsys, tmp_path, zoo_folder):
     assert code == 2 and "is not a loadguard baseline" in err and "Hint: write it again with --write-baseline FILE" in err
     code, _, err = _cli(capsys, "scan", str(zoo_folder("clean")), "--write-baseline")
     assert code == 2 and "--write-baseline needs --baseline FILE" in err
+
+
+OUTPUT_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "loadguard-output.schema.json").read_text())
+
+
+def test_json_output_follows_its_schema(capsys, zoo_folder, tmp_path):
+    jsonschema.Draft202012Validator.check_schema(OUTPUT_SCHEMA)
+    validate = jsonschema.Draft202012Validator(OUTPUT_SCHEMA).validate
+    missing = str(tmp_path / "no-such-model")
+    documents = []
+    for name in ("np_buffer", "clean"):
+        documents.append(json.loads(_cli(capsys, "audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")[1]))
+    documents.append(json.loads(_cli(capsys, "audit", missing, "--format", "json")[1]))
+    code, out, _ = _cli(capsys, "scan", str(zoo_folder("np_buffer")), str(zoo_folder("typing_alias")), missing, "--trust-remote-code", "--format", "json")
+    documents += [json.loads(line) for line in out.splitlines()]
+    for document in documents:
+        validate(document)
+        assert "seconds" not in document  # two runs print the same document
+    with pytest.raises(jsonschema.ValidationError):
+        validate({**documents[0], "findings": [{**documents[0]["findings"][0], "status": "fine"}]} if documents[0]["findings"] else {"schema_version": 2})
+    code, out, _ = _cli(capsys, "audit", str(zoo_folder("clean")), "--trust-remote-code", "--format", "json", "--timings")
+    assert set(json.loads(out)["seconds"]) >= {"reference"} or json.loads(out)["seconds"]

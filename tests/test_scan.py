@@ -349,7 +349,8 @@ def test_fleet_rows_json_markdown_and_exit_codes(zoo_folder, tmp_path, capsys):
     rows = [json.loads(line) for line in captured.out.splitlines()]
     assert [row["scanned"] for row in rows] == [True, False, True]  # its code fails to import (current torch): a row
     assert code == 3  # partial: one of three could not be scanned
-    assert "--workaround remote-code-typing-aliases" in rows[1]["hint"] and rows[1]["fixes"] == ["remote-code-typing-aliases"]
+    assert "--workaround remote-code-typing-aliases" in rows[1]["error"]["hint"] and rows[1]["error"]["fixes"] == ["remote-code-typing-aliases"]
+    assert rows[1]["error"]["kind"] == "RemoteCodeImportError" and rows[1]["ok"] is False
     if IS_V5:
         assert [f["tensor"] for f in rows[2]["findings"]] == ["lm_head.weight"]
     code, captured = run("scan", str(zoo_folder("clean")), str(zoo_folder("typing_alias")), "--trust-remote-code", "--workaround", "auto", "--format", "markdown")

@@ -51,9 +51,11 @@ def _result(target: str, options: dict) -> dict:
             **options.get("placement", {}),
         )
     except LoadguardError as error:
-        return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes)}
+        return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes),
+                "error_kind": type(error).__name__}
     except Exception as error:  # a model's code failing in a way nothing translated: a row, not an abort
-        return {"model": target, "scanned": False, "error": f"unexpected {type(error).__name__}: {error}", "hint": "set LOADGUARD_DEBUG=1 and scan it alone", "fixes": []}
+        return {"model": target, "scanned": False, "error": f"unexpected {type(error).__name__}: {error}", "hint": "set LOADGUARD_DEBUG=1 and scan it alone", "fixes": [],
+                "error_kind": type(error).__name__}
     return {"model": target, "scanned": True, **report.to_dict()}
 
 
@@ -89,14 +91,17 @@ def scan_fleet(
         if outcome.ok:
             rows.append(outcome.value)
         else:
+            kind = "ChildDied"
             if "memory limit" in outcome.error:
-                hint = OVER_MEMORY_HINT
+                hint, kind = OVER_MEMORY_HINT, "MemoryLimitExceeded"
             elif "timed out" in outcome.error:
+                kind = "TimeoutExceeded"
                 hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
                         "lock, input) never finishes")
             else:
                 hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
-            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": []})
+            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": [],
+                         "error_kind": kind})
     return rows
 
 

@@ -22,7 +22,8 @@ from ._common import SCHEMA_VERSION, ExitCode, emit, load_model, loading_options
               help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
                    "to attach to an upstream issue.")
 @baseline_options
-def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, fmt, reproducer_dir, baseline_file, write_baseline):
+@click.option("--timings", is_flag=True, help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same document).")
+def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, fmt, reproducer_dir, baseline_file, write_baseline, timings):
     """Load PATH with from_pretrained and report every tensor that is not what its code and checkpoint define.
 
     Exit code 0: the model as loaded is clean; 1: findings; 2: could not run.
@@ -41,7 +42,8 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     except LoadguardError as error:  # a machine format still gets its document: this model, not checked, and why
         if fmt == "json":
             emit(json.dumps({"schema_version": SCHEMA_VERSION, "model": str(path), "ok": False, "findings": [],
-                             "error": {"kind": type(error).__name__, "message": error.message, "hint": hint_for(error, "cli")}}, indent=2))
+                             "error": {"kind": type(error).__name__, "message": error.message, "hint": hint_for(error, "cli"),
+                                       "fixes": list(error.fixes)}}, indent=2))
         elif fmt in EMITTED:
             emit(render(fmt, [Row.failed(str(path), error.message, hint_for(error, "cli"))], command="audit"))
         raise
@@ -57,7 +59,10 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
         _write_reproducers(report, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
     if fmt == "json":
         extra = {"after_workarounds": None if after_workarounds is None else {"ok": after_workarounds.ok, "findings": [f.to_dict() for f in after_workarounds.findings]}}
-        emit(report_json(report, repaired, schema_version=SCHEMA_VERSION, error=None, **extra))
+        document = json.loads(report_json(report, repaired, schema_version=SCHEMA_VERSION, error=None, **extra))
+        if not timings:
+            document.pop("seconds", None)
+        emit(json.dumps(document, indent=2))
     elif fmt in EMITTED:
         emit(render(fmt, [Row.from_report(report, str(path))], command="audit"))
     else:

@@ -125,7 +125,8 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
 @click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
 @baseline_options
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline):
+@click.option("--timings", is_flag=True, help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same rows).")
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -166,7 +167,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
         for row in rows:
-            emit(json.dumps(json_row(row), sort_keys=False))
+            emit(json.dumps(json_row(row, timings), sort_keys=False))
     elif fmt == "markdown":
         emit(_markdown(rows))
     elif fmt in EMITTED:
@@ -197,13 +198,19 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     return ExitCode.CLEAN
 
 
-def json_row(row: dict) -> dict:
+def json_row(row: dict, timings: bool = False) -> dict:
     """A scan row as ``--format json`` prints it: ``schema_version`` and ``ok`` first (``ok`` is False for a model that
-    could not be scanned: ``scanned`` False, ``error`` and ``hint`` say why, ``findings`` empty)."""
+    could not be scanned: ``scanned`` False, ``error`` {kind, message, hint, fixes} says why, ``findings`` empty);
+    ``seconds`` only with ``--timings``."""
     from ..report import failing
 
     ok = bool(row["scanned"]) and not failing(row.get("findings", []))
-    return {"schema_version": SCHEMA_VERSION, "ok": ok, **{"findings": [], **row}}
+    out = {"schema_version": SCHEMA_VERSION, "ok": ok, **{"findings": [], **row}}
+    if not row["scanned"]:  # the same shape as audit's: error {kind, message, hint, fixes}
+        out["error"] = {"kind": out.pop("error_kind", "ScanError"), "message": row["error"], "hint": out.pop("hint", None), "fixes": out.pop("fixes", [])}
+    if not timings:
+        out.pop("seconds", None)
+    return out
 
 
 def print_scan(row: dict) -> None:

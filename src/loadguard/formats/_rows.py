@@ -46,7 +46,10 @@ class Row:
     def from_scan(cls, row: dict[str, Any]) -> Row:
         """A scan's JSON row (``loadguard scan --format json``)."""
         if not row.get("scanned"):
-            return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=row.get("error"), hint=row.get("hint"))
+            error = row.get("error")
+            if isinstance(error, dict):  # as --format json prints it: {kind, message, hint, fixes}
+                return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=error.get("message"), hint=error.get("hint"))
+            return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=error, hint=row.get("hint"))
         findings = tuple(Finding.from_dict(f) for f in row["findings"])
         checks = tuple(CheckSummary(**c) for c in row.get("checks", ()))
         return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks)
