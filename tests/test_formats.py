@@ -183,3 +183,24 @@ def test_json_output_follows_its_schema(capsys, zoo_folder, tmp_path):
         validate({**documents[0], "findings": [{**documents[0]["findings"][0], "status": "fine"}]} if documents[0]["findings"] else {"schema_version": 2})
     code, out, _ = _cli(capsys, "audit", str(zoo_folder("clean")), "--trust-remote-code", "--format", "json", "--timings")
     assert set(json.loads(out)["seconds"]) >= {"reference"} or json.loads(out)["seconds"]
+
+
+def test_offline_is_told_apart_from_missing(capsys):
+    from loadguard._hf import hub_failure
+    from loadguard.errors import HubUnreachableError, ModelNotFoundError
+
+    try:
+        try:
+            raise ConnectionError("[Errno -2] Name or service not known")
+        except ConnectionError as cause:
+            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files") from cause
+    except OSError as error:
+        offline = hub_failure("org/model", error, offline=False)
+    assert isinstance(offline, HubUnreachableError) and "offline (the Hugging Face Hub cannot be reached from here)" in offline.message
+    missing = hub_failure("org/model", RuntimeError("404 Client Error. Repository Not Found for url"), offline=False)
+    assert type(missing) is ModelNotFoundError and "no such model on the Hugging Face Hub" in missing.message and "HF_TOKEN" in missing.hint
+    assert isinstance(hub_failure("org/model", RuntimeError("anything"), offline=True), HubUnreachableError)
+    # through the CLI (the suite runs with HF_HUB_OFFLINE=1): a fleet row says offline, by kind
+    code, out, _ = _cli(capsys, "scan", "someorg/not-cached-here", "--format", "json")
+    (row,) = [json.loads(line) for line in out.splitlines()]
+    assert code == 2 and row["error"]["kind"] == "HubUnreachableError" and "offline" in row["error"]["message"]

@@ -64,7 +64,9 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     folder = Path(path)
     if not folder.exists():
         if HUB_ID.match(str(path)) and hub_offline():
-            raise ModelNotFoundError(
+            from .errors import HubUnreachableError
+
+            raise HubUnreachableError(
                 f"{path} is not a local folder and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set)",
                 "download the model first (hf download) and pass its local folder",
             )
@@ -220,6 +222,32 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     return model
 
 
+_UNREACHABLE = ("connecterror", "connectionerror", "name or service not known", "couldn't connect", "could not connect",
+                "outgoing traffic has been disabled", "temporary failure in name resolution", "timed out", "network is unreachable",
+                "offline mode", "connection refused")
+
+
+def hub_failure(repo_id: Any, error: BaseException, offline: bool) -> ModelNotFoundError:
+    """A Hub id that could not be fetched: offline (the Hub unreachable or HF_HUB_OFFLINE set, nothing cached) told apart
+    from missing (the Hub answered: no such model, or not for you)."""
+    from .errors import HubUnreachableError
+
+    chain, seen = [], error
+    while seen is not None and len(chain) < 8:
+        chain.append(f"{type(seen).__name__}: {seen}".lower())
+        seen = seen.__cause__ or seen.__context__
+    text = " | ".join(chain)
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if offline or any(marker in text for marker in _UNREACHABLE):
+        where = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face Hub cannot be reached from here"
+        return HubUnreachableError(
+            f"{repo_id}: offline ({where}) and not in the local cache ({first})",
+            "unset HF_HUB_OFFLINE to fetch it" if offline else "connect to the Hub (or set HF_ENDPOINT to a mirror), download the model where you can, or pass a local folder",
+        )
+    return ModelNotFoundError(f"{repo_id}: no such model on the Hugging Face Hub, or not one you can see ({first})",
+                              "check the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN")
+
+
 def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = (), device_map: Any = None) -> LoadguardError:
     """Say what a failed ``from_pretrained`` (or construction) means and what to do about it."""
     import transformers
@@ -267,7 +295,10 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
     if "trust_remote_code" in text:
         return RemoteCodeNotTrustedError(f"{path} needs its own code to load and it was not trusted", "pass --trust-remote-code if you trust it")
     if isinstance(error, OSError) and ("offline" in text.lower() or "connect" in text.lower() or "couldn't" in text.lower()):
-        return ModelNotFoundError(f"{path} could not be found locally or fetched ({text})", "pass a local folder, or download the model first")
+        return hub_failure(path, error, hub_offline())
+    if isinstance(error, OSError) and "is not a local folder and is not a valid model identifier" in text:
+        return ModelNotFoundError(f"{path} is neither a local folder nor a model on the Hugging Face Hub ({text})",
+                                  "check the path or the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN")
     if "safetensors" in text.lower() or "header" in text.lower() or "deserializ" in text.lower():
         return LoadguardError(f"the weights in {path} cannot be read ({text})", "the checkpoint is corrupt or truncated: download or save it again")
     return LoadguardError(f"from_pretrained failed on {path}: {type(error).__name__}: {text}", "set LOADGUARD_DEBUG=1 to see the traceback")

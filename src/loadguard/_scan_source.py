@@ -89,11 +89,7 @@ def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, hea
     try:
         folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=offline))
     except Exception as error:
-        where = "in the local cache (HF_HUB_OFFLINE is set)" if offline else "on the Hugging Face Hub"
-        raise ModelNotFoundError(
-            f"{repo_id} could not be found {where} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
-            "check the id and your access, or pass a local folder" + ("; unset HF_HUB_OFFLINE to fetch it" if offline else ""),
-        ) from None
+        raise _hf.hub_failure(repo_id, error, offline) from None
     config = _hf.read_config(folder, trust_remote_code)
     shapes, where = (None, None)
     if header:

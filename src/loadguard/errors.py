@@ -76,7 +76,12 @@ class FolderNotEmptyError(LoadguardError):
 
 
 class ModelNotFoundError(LoadguardError):
-    """A path that does not exist, or a Hub id that cannot be reached offline."""
+    """A path that does not exist, or a Hub id the Hub does not have (or does not let you see)."""
+
+
+class HubUnreachableError(ModelNotFoundError):
+    """A Hub id that could not be looked up: no connection to the Hub (or HF_HUB_OFFLINE set) and nothing cached. Not
+    the same as missing: the model may well exist."""
 
 
 class ModelConfigError(LoadguardError):

@@ -115,6 +115,9 @@ def quiet_transformers() -> None:
         return
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     transformers.logging.set_verbosity_error()
+    import huggingface_hub
+
+    huggingface_hub.utils.logging.set_verbosity_error()  # its retry warnings ("... thrown while requesting HEAD")
     transformers.utils.logging.disable_progress_bar()
 
 
