@@ -10,6 +10,8 @@ import pytest
 from loadguard import _forks
 from loadguard.cli.scan import _result, scan_fleet, scan_fleet_spawned
 
+from .conftest import IS_V5
+
 pytestmark = pytest.mark.skipif(not _forks.available(), reason="os.fork is not available on this platform: fleets use fresh interpreters")
 
 
@@ -143,8 +145,9 @@ def test_scan_many_is_the_fleet_in_python(zoo_folder, tmp_path):
     rows = loadguard.scan_many([str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing], trust_remote_code=True, jobs=2)
     assert [row.model for row in rows] == [str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing]
     broken, clean, unloadable = rows
-    assert isinstance(broken, loadguard.Row) and not broken.ok and all(f.predicted for f in broken.failures)
-    assert {f.tensor for f in broken.failures} >= {"positions.index", "positions.table"}
+    assert isinstance(broken, loadguard.Row) and broken.checked and all(f.predicted for f in broken.findings)
+    if IS_V5:  # transformers 4 keeps the buffers: nothing to predict there
+        assert not broken.ok and {f.tensor for f in broken.failures} >= {"positions.index", "positions.table"}
     assert clean.ok and unloadable.checked is False and unloadable.error and unloadable.hint
     with pytest.raises(Exception):  # frozen: results are data
         broken.model = "x"

@@ -441,3 +441,15 @@ def test_a_fixture_checks_without_any_command_line_flag(pytester):
         assert "test_broken_load_fails" in result.stdout.str() and "positions.table (uninitialized)" in result.stdout.str()
     else:
         result.assert_outcomes(passed=3)
+
+
+def test_a_failure_without_a_message_is_reported_not_an_internal_error(pytester):
+    pytester.makepyfile(
+        """
+        def test_empty():
+            next(iter(()))
+        """
+    )
+    result = pytester.runpytest_subprocess("--loadguard=fail", "--loadguard-record=record.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

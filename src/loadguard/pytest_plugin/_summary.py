@@ -79,7 +79,9 @@ def pytest_runtest_makereport(item, call):
         digest, tokens = fingerprint(comparisons)
         message = ""
         if report.failed:
-            message = str(getattr(call.excinfo, "value", "")).strip().splitlines()[0][:300] if call.excinfo else "failed"
+            lines = str(getattr(call.excinfo, "value", "")).strip().splitlines() if call.excinfo else []
+            # an exception with no message (StopIteration, a bare AssertionError) is named by its type
+            message = lines[0][:300] if lines else (call.excinfo.typename if call.excinfo else "failed")
         findings = sorted(f"{f.tensor}:{f.status}" for r, _ in (record.loads if record else []) for f in r.failures)
         session.results[item.nodeid] = {
             "outcome": report.outcome,
