@@ -214,6 +214,8 @@ def test_demo_tells_the_story(run):
     for name in entry.needed_workarounds:
         assert f"workaround {name}: applied (auto: the load failed with" in out
     assert 'loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, workarounds="auto")' in out
+    rules = [line for line in out.splitlines() if line.startswith("────")]
+    assert len(rules) >= 6 and max(map(len, rules)) <= 100  # a log gets tables one row a line, not rules 100k wide
 
 
 @needs_v5

@@ -8,6 +8,9 @@ import click
 
 from ._common import ExitCode, quiet_transformers, stderr, stdout
 
+RULE_WIDTH = 100
+"""Section rules span a terminal, at most this many columns (never the unbounded width of a log)."""
+
 MAX_NEW_TOKENS = 8
 
 
@@ -42,14 +45,14 @@ def demo(poison):
     out = stdout()
     entry = zoo.get("minicpmv_like")
     with tempfile.TemporaryDirectory(prefix="loadguard-demo-") as workdir:
-        out.print(Rule("1. A remote-code vision-language model, shaped like MiniCPM-V 2.6"))
+        out.print(Rule("1. A remote-code vision-language model, shaped like MiniCPM-V 2.6"), width=min(out.width, RULE_WIDTH))
         path = zoo.build("minicpmv_like", f"{workdir}/minicpmv_like")
         fixed_path = zoo.build("minicpmv_like_fixed", f"{workdir}/minicpmv_like_fixed")
         out.print("Its resampler adds a 2D sin/cos table, [bold]pos_embed[/] (70x70x32), to the keys of its cross-attention.")
         out.print("The table is a non-persistent buffer computed in __init__; the model's _init_weights does not rebuild it.")
         out.print("Like the real one, its code was written for transformers 4.")
 
-        out.print(Rule(f"2. Load it as everyone does (transformers {transformers.__version__})"))
+        out.print(Rule(f"2. Load it as everyone does (transformers {transformers.__version__})"), width=min(out.width, RULE_WIDTH))
         out.print(f'model = AutoModelForCausalLM.from_pretrained("{path.name}", trust_remote_code=True)', highlight=False)
         try:
             AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
@@ -73,7 +76,7 @@ def demo(poison):
         images = demo_images(entry.image_sizes)
         cases = [(entry.prompts[0], [image]) for image in images] + [(entry.prompts[1], images[:2])]
 
-        out.print(Rule("3. loadguard.audit(model)"))
+        out.print(Rule("3. loadguard.audit(model)"), width=min(out.width, RULE_WIDTH))
         report = audit(model)
         if report.ok:
             out.print(
@@ -87,13 +90,13 @@ def demo(poison):
                 out.print(line, highlight=False, markup=False)
         broken_text = _greedy(model, processor, cases)
 
-        out.print(Rule("4. loadguard.repair(model, report)"))
+        out.print(Rule("4. loadguard.repair(model, report)"), width=min(out.width, RULE_WIDTH))
         result = repair(model, report)
         out.print(f"repaired: {', '.join(result.repaired) or 'nothing'}; re-audit: " + ("[bold green]clean[/]" if result.ok else "[bold red]still broken[/]"))
         repaired_text = _greedy(model, processor, cases)
         fixed_text = _greedy(fixed_model, processor, cases)
 
-        out.print(Rule(f"5. Greedy output, {MAX_NEW_TOKENS} tokens per prompt"))
+        out.print(Rule(f"5. Greedy output, {MAX_NEW_TOKENS} tokens per prompt"), width=min(out.width, RULE_WIDTH))
         table = Table(header_style="bold")
         for column in ("prompt", "as loaded", "repaired", "fixed model"):
             table.add_column(column, overflow="fold")
@@ -105,7 +108,7 @@ def demo(poison):
         differing = sum(b != f for b, f in zip(broken_text, fixed_text))
         out.print(f"as loaded: {differing} of {len(cases)} outputs wrong; repaired: equal to the fixed model: {repaired_text == fixed_text}")
 
-        out.print(Rule("6. Prevent it in one line"))
+        out.print(Rule("6. Prevent it in one line"), width=min(out.width, RULE_WIDTH))
         out.print('model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, workarounds="auto")', highlight=False)
         out.print("loads, audits, repairs and attaches the report (model.loadguard_report); on_problem='raise' fails instead.")
         if repaired_text != fixed_text or not result.ok:
