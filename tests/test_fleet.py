@@ -3,6 +3,7 @@ output as fresh interpreters."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -174,3 +175,42 @@ def test_single_model_commands_honour_the_timeout_and_run_within_limits(zoo_fold
     assert done.returncode == 2 and "timed out after 5 s (killed)" in done.stderr and "raise --timeout" in done.stderr
     within = _cli("audit", str(zoo_folder("clean")), "--trust-remote-code", "--timeout", "120", "--memory-limit", "4GB", "--format", "json")
     assert within.returncode == 0 and within.stdout.lstrip().startswith("{") and '"ok": true' in within.stdout
+
+
+def test_an_interrupted_fleet_resumes_with_only_the_rest(zoo_folder, tmp_path):
+    """Killed while the third model's code hangs, the run left two rows in the resume file; run again, it scans the third
+    only (the first two keep the rows they had: marked here so a rescan would show)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sleeper = _with_code(zoo_folder, tmp_path, "sleeps", "import time\ntime.sleep(120)")
+    first, second = str(zoo_folder("clean")), str(zoo_folder("np_buffer"))
+    resume = tmp_path / "rows.jsonl"
+    command = [sys.executable, "-m", "loadguard", "scan", first, second, sleeper, "--trust-remote-code", "--jobs", "1", "--resume", str(resume)]
+    running = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not resume.exists() or len(resume.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    os.killpg(running.pid, signal.SIGKILL)
+    running.wait()
+    rows = [json.loads(line) for line in resume.read_text().splitlines()]
+    assert [row["model"] for row in rows] == [first, second]
+    marked = [{**row, "model_class": f"{row['model_class']}-from-the-first-run"} for row in rows]
+    resume.write_text("".join(json.dumps(row) + "\n" for row in marked) + '{"model": "cut sh')  # a line the kill cut short
+    done = subprocess.run([*command, "--timeout", "5", "--format", "json"], capture_output=True, text=True, timeout=300)
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["model"] for row in out] == [first, second, sleeper]
+    assert [row.get("model_class", "").endswith("-from-the-first-run") for row in out] == [True, True, False]
+    assert out[2]["ok"] is False and out[2]["error"]["kind"] == "TimeoutExceeded"
+    assert "resuming from" in done.stderr and "2 of 3 model(s) already scanned there, 1 to go" in done.stderr
+    assert done.returncode == 3
+    kept = []
+    for line in resume.read_text().splitlines():
+        try:
+            kept.append(json.loads(line)["model"])
+        except ValueError:
+            pass
+    assert kept == [first, second, sleeper]  # the new row was not glued to the cut line

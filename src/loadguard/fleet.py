@@ -68,41 +68,53 @@ def _scan_in_child(item: tuple[str, dict]) -> dict:
     return _result(*item)
 
 
+def _row(target: str, outcome, timeout: float | None) -> dict:
+    """One model's row from its child's outcome: the scan's, or why the child did not finish."""
+    from .scan import OVER_MEMORY_HINT
+
+    if outcome.ok:
+        return outcome.value
+    kind = "ChildDied"
+    if "memory limit" in outcome.error:
+        hint, kind = OVER_MEMORY_HINT, "MemoryLimitExceeded"
+    elif "timed out" in outcome.error:
+        kind = "TimeoutExceeded"
+        hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
+                "lock, input) never finishes")
+    else:
+        hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
+    return {"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": [], "error_kind": kind}
+
+
 def scan_fleet(
-    targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None, on_done=None
+    targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None, on_done=None, on_row=None
 ) -> list[dict]:
     """Each target in a child forked for it alone from this process, which imports torch, transformers and loadguard
     once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout``, grows past ``limit`` bytes
-    or dies is a row saying so. Where fork is not available: fresh interpreters. Results in the order of ``targets``."""
+    or dies is a row saying so. Where fork is not available: fresh interpreters. Results in the order of ``targets``;
+    ``on_row(index, row)`` gets each row as it finishes (to stream them), ``on_done(index, outcome)`` each outcome."""
     from . import _forks
-    from .scan import OVER_MEMORY_HINT
 
     if not _forks.available():
-        return scan_fleet_spawned(targets, options, jobs)
+        rows = scan_fleet_spawned(targets, options, jobs)
+        for index, row in enumerate(rows):
+            if on_row:
+                on_row(index, row)
+        return rows
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import transformers  # noqa: F401  (imported once, here, before any fork)
     from transformers import PreTrainedModel  # noqa: F401
 
     from . import scan as _scan_module  # noqa: F401
 
-    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit, on_done=on_done)
-    rows = []
-    for target, outcome in zip(targets, outcomes):
-        if outcome.ok:
-            rows.append(outcome.value)
-        else:
-            kind = "ChildDied"
-            if "memory limit" in outcome.error:
-                hint, kind = OVER_MEMORY_HINT, "MemoryLimitExceeded"
-            elif "timed out" in outcome.error:
-                kind = "TimeoutExceeded"
-                hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
-                        "lock, input) never finishes")
-            else:
-                hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
-            rows.append({"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": [],
-                         "error_kind": kind})
-    return rows
+    def finished(index: int, outcome) -> None:
+        if on_row:
+            on_row(index, _row(targets[index], outcome, timeout))
+        if on_done:
+            on_done(index, outcome)
+
+    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit, on_done=finished)
+    return [_row(target, outcome, timeout) for target, outcome in zip(targets, outcomes)]
 
 
 def scan_fleet_spawned(targets: list[str], options: dict, jobs: int) -> list[dict]:

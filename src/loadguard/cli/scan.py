@@ -16,7 +16,7 @@ import click
 
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
-from ._common import SCHEMA_VERSION, ExitCode, emit, fleet_progress, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import SCHEMA_VERSION, ExitCode, emit, fleet_progress, note, quiet_transformers, stderr, stdout, workarounds_from_option
 
 
 
@@ -126,7 +126,10 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
 @baseline_options
 @click.option("--timings", is_flag=True, help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same rows).")
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings):
+@click.option("--resume", "resume_file", default=None, metavar="FILE",
+              help="Write each model's row to FILE (JSON Lines) as it finishes; models FILE already holds are not scanned again, "
+                   "so an interrupted fleet finishes the rest.")
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -154,11 +157,12 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     }
     from .. import _forks
 
-    if not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
+    if resume_file:
+        rows = _resumed(resume_file, targets, lambda todo, on_row: _run_fleet(todo, options, jobs, timeout, limit, on_row))
+    elif not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
         rows = [_result(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
-        with fleet_progress(len(targets)) as advance:
-            rows = scan_fleet(targets, options, jobs, timeout, limit, on_done=advance)
+        rows = _run_fleet(targets, options, jobs, timeout, limit)
     if baseline_file or write_baseline:
         kept = apply_baseline([Row.from_scan(row) for row in rows], baseline_file, write_baseline)
         if kept is None:
@@ -196,6 +200,51 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     if any(_verdict(row) != "clean" for row in rows):
         return ExitCode.FINDINGS
     return ExitCode.CLEAN
+
+
+def _run_fleet(targets, options, jobs, timeout, limit, on_row=None) -> list[dict]:
+    with fleet_progress(len(targets)) as advance:
+        return scan_fleet(targets, options, jobs, timeout, limit, on_done=advance, on_row=on_row)
+
+
+def _resumed(path: str, targets: list[str], run) -> list[dict]:
+    """``--resume FILE``: the rows FILE holds (one JSON object a line; a line cut short by an interruption is ignored)
+    for the targets it has, ``run`` for the others, each new row appended to FILE as it finishes."""
+    from ..errors import InvalidOptionError
+
+    done: dict[str, dict] = {}
+    try:
+        with open(path, encoding="utf-8") as stream:
+            for line in stream:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("model"), str) and "scanned" in row:
+                    done[row["model"]] = row
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can read and append to") from None
+    todo = [target for target in targets if target not in done]
+    if done:
+        note(f"resuming from {path}: {len(targets) - len(todo)} of {len(targets)} model(s) already scanned there, {len(todo)} to go")
+    fresh: dict[str, dict] = {}
+    if todo:
+        try:
+            stream = open(path, "a", encoding="utf-8")
+        except OSError as error:
+            raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can append to") from None
+        with stream:
+            if stream.tell() and not Path(path).read_bytes().endswith(b"\n"):
+                stream.write("\n")  # after a line an interruption cut short: the next row starts a line of its own
+
+            def on_row(index: int, row: dict) -> None:
+                stream.write(json.dumps(row) + "\n")
+                stream.flush()
+
+            fresh = dict(zip(todo, run(todo, on_row)))
+    return [done.get(target) or fresh[target] for target in targets]
 
 
 def json_row(row: dict, timings: bool = False) -> dict:
