@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("repair",),
     ("workarounds._apply",),
     ("load", "selfcheck", "scan", "_scan_source", "native", "compare", "render", "reproducer"),
-    ("runner", "runner.*", "matrix", "matrix_native", "envs", "formats", "formats.*", "fleet"),
+    ("runner", "runner.*", "matrix", "matrix_native", "matrix_diff", "envs", "formats", "formats.*", "fleet"),
     ("cli", "cli.*", "pytest_plugin", "pytest_plugin.*", "_cells", "__main__", ""),
 ]
 

@@ -208,3 +208,58 @@ def test_a_cell_whose_code_sleeps_ends_at_the_timeout(environment_cache, zoo_fol
         main(args)
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert cell["status"] == "error" and "timed out after 5 s" in cell["error"], cell
+
+
+def _finding(tensor: str, status: str = "uninitialized") -> dict:
+    return {"tensor": tensor, "status": status}
+
+
+def _synthetic():
+    from loadguard.matrix import Cell, Matrix
+
+    report = lambda *tensors: {"findings": [_finding(t) for t in tensors], "workarounds": []}  # noqa: E731
+    cells = [
+        Cell("steady", "5.24.0", "clean", report()), Cell("steady", "5.25.0", "clean", report()),
+        Cell("broke", "5.24.0", "clean", report()), Cell("broke", "5.25.0", "findings", report("pos_embed")),
+        Cell("healed", "5.24.0", "findings", report("lm_head.weight")), Cell("healed", "5.25.0", "clean", report()),
+        Cell("shifted", "5.24.0", "findings", report("a")), Cell("shifted", "5.25.0", "findings", report("b")),
+        Cell("crashes", "5.24.0", "clean", report()), Cell("crashes", "5.25.0", "error", None, error="KeyError: 'type'"),
+        Cell("away", "5.24.0", "clean", report()), Cell("away", "5.25.0", "unavailable", None, error="not installable"),
+    ]
+    models = tuple(dict.fromkeys(c.model for c in cells))
+    return Matrix(models, ("5.24.0", "5.25.0"), tuple(cells), ())
+
+
+def test_diff_names_how_each_verdict_moved():
+    from loadguard.matrix_diff import diff
+
+    changes = {c.model: c for c in diff(_synthetic(), "5.24.0", "5.25.0")}
+    assert {m: c.change for m, c in changes.items()} == {
+        "steady": "unchanged", "broke": "new failure", "healed": "fixed", "shifted": "changed finding",
+        "crashes": "newly broken", "away": "not compared",
+    }
+    assert changes["shifted"].added == ("b (uninitialized)",) and changes["shifted"].removed == ("a (uninitialized)",)
+    assert [m for m, c in changes.items() if c.worse] == ["broke", "shifted", "crashes"]
+
+
+def test_matrix_diff_through_the_cli_in_every_format(monkeypatch, capsys):
+    from loadguard.cli import main
+
+    asked = {}
+
+    def fake_run(models, versions, **kwargs):
+        asked["versions"] = versions
+        return _synthetic()
+
+    monkeypatch.setattr(matrix_module, "run", fake_run)
+    outputs = {}
+    for fmt in ("human", "json", "markdown"):
+        with pytest.raises(SystemExit) as info:
+            main(["matrix", "steady", "broke", "--diff", "5.24.0", "5.25.0", "--format", fmt])
+        outputs[fmt] = capsys.readouterr()
+        assert info.value.code == 1
+    assert asked["versions"] == ["5.24.0", "5.25.0"]
+    document = json.loads(outputs["json"].out)
+    assert [c["change"] for c in document["changes"]][:4] == ["unchanged", "new failure", "fixed", "changed finding"]
+    assert "| broke | new failure | clean | pos_embed (uninitialized) |" in outputs["markdown"].out
+    assert "3 of 6 model(s) worse under transformers 5.25.0: broke, shifted, crashes" in outputs["human"].err

@@ -64,6 +64,9 @@ def _markdown(matrix) -> str:
               help="Apply (or, after load, assess) a registered workaround in every cell; a row per model says where it is needed.")
 @workarounds_from_option(expose=True)
 @click.option("--bisect", nargs=2, default=None, metavar="LOW HIGH", help="The first version between LOW and HIGH at which each model's verdict changes.")
+@click.option("--diff", "diff_versions", nargs=2, default=None, metavar="A B",
+              help="Run versions A and B and say, per model, how the verdict moved (new failure, fixed, changed finding): "
+                   "exit 1 when any model got worse.")
 @click.option("--native", is_flag=True, help="Every class each release's auto mappings register (no PATH): only the classes whose verdict differs between the versions.")
 @click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring.")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
@@ -73,7 +76,7 @@ def _markdown(matrix) -> str:
               help="Seconds one cell may take (it runs in a child process, killed past it; its cell says so).")
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs.")
-def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, native, match, tasks, fmt, jobs, timeout, memory):
+def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
 
     Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
@@ -109,6 +112,10 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
                 )
         changed = any(r.first_changed for r in results)
         return ExitCode.FINDINGS if changed else ExitCode.CLEAN
+    if diff_versions:
+        if transformers_versions:
+            raise InvalidOptionError("--diff A B names the two versions: --transformers is not needed with it", "drop --transformers")
+        transformers_versions = ",".join(diff_versions)
     if not transformers_versions:
         raise InvalidOptionError("which transformers versions? none given", "pass --transformers 4.57.6,5.24.0 (or a specifier), or --bisect LOW HIGH")
     versions = versions_from(transformers_versions, max_versions)
@@ -119,6 +126,8 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
             list(paths), versions, full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code,
             auto_class=auto_class, keys=keys, jobs=jobs, limits={"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)},
         )
+    if diff_versions:
+        return _diff(result, *[versions_from(v, 1)[0] for v in diff_versions], fmt)
     if fmt == "json":
         emit(json.dumps(result.to_dict(), indent=2))
     elif fmt == "markdown":
@@ -155,6 +164,31 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         stderr().print("[bold red]Error:[/] none of the transformers versions could be installed here", highlight=False)
         return ExitCode.COULD_NOT_RUN
     return ExitCode.CLEAN if all(c.status == "clean" for c in result.cells) else ExitCode.FINDINGS
+
+
+def _diff(result, before: str, after: str, fmt: str) -> int:
+    """``--diff A B``: a row per model, its verdict under A and under B and how it moved."""
+    from ..matrix_diff import diff, markdown
+
+    changes = diff(result, before, after)
+    if fmt == "json":
+        emit(json.dumps({"before": before, "after": after, "changes": [c.to_dict() for c in changes], "matrix": result.to_dict()}, indent=2))
+    elif fmt == "markdown":
+        emit(markdown(changes))
+    else:
+        from rich.table import Table
+
+        table = Table(header_style="bold", title=f"transformers {before} -> {after}")
+        for column in ("model", "change", f"transformers {before}", f"transformers {after}"):
+            table.add_column(column, overflow="fold")
+        for change in changes:
+            table.add_row(change.model, ("[red]" + change.change + "[/]") if change.worse else change.change, change.before, change.after)
+        stdout().print(table)
+    worse = [c.model for c in changes if c.worse]
+    stderr().print(f"{len(worse)} of {len(changes)} model(s) worse under transformers {after}" + (f": {', '.join(worse)}" if worse else ""), highlight=False)
+    if all(c.change == "not compared" for c in changes):
+        return ExitCode.COULD_NOT_RUN
+    return ExitCode.FINDINGS if worse else ExitCode.CLEAN
 
 
 def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs) -> int:
