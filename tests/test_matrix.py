@@ -263,3 +263,24 @@ def test_matrix_diff_through_the_cli_in_every_format(monkeypatch, capsys):
     assert [c["change"] for c in document["changes"]][:4] == ["unchanged", "new failure", "fixed", "changed finding"]
     assert "| broke | new failure | clean | pos_embed (uninitialized) |" in outputs["markdown"].out
     assert "3 of 6 model(s) worse under transformers 5.25.0: broke, shifted, crashes" in outputs["human"].err
+
+
+def test_matrix_cells_in_sarif_github_and_junit(monkeypatch, capsys, zoo_folder):
+    from loadguard.cli import main
+    from loadguard.matrix import Cell, Matrix
+
+    folder = str(zoo_folder("np_buffer"))
+    finding = {"tensor": "positions.index", "kind": "buffer", "check": "non_persistent_buffer", "status": "uninitialized", "dtype": "int64",
+               "shape": [64], "device": "cpu", "persistent": False, "alias_of": None, "max_abs_diff": None, "detail": "64 of 64 values are INT_MAX",
+               "predicted": True, "module": "positions", "location": "modeling_lgtoy.py:36"}
+    report = {"model": folder, "model_class": "LgToyForCausalLM", "mode": "scan", "findings": [finding], "checks": [], "workarounds": []}
+    cells = (Cell(folder, "5.24.0", "findings", report), Cell(folder, "5.25.0", "error", None, error="KeyError: 'type'", hint="--workaround auto"))
+    monkeypatch.setattr(matrix_module, "run", lambda *a, **k: Matrix((folder,), ("5.24.0", "5.25.0"), cells, ()))
+    with pytest.raises(SystemExit):
+        main(["matrix", folder, "--transformers", "5.24.0,5.25.0", "--format", "github"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("::error file=") and "modeling_lgtoy.py,line=36," in out[0] and "@ transformers 5.24.0" in out[0]
+    assert out[1].startswith(f"::error title=loadguard%3A could not check {folder} @ transformers 5.25.0::")
+    with pytest.raises(SystemExit) as info:
+        main(["matrix", folder, "--bisect", "5.24.0", "5.25.0", "--format", "sarif"])
+    assert info.value.code == 2 and "is for a matrix's cells" in capsys.readouterr().err

@@ -70,7 +70,8 @@ def _markdown(matrix) -> str:
 @click.option("--native", is_flag=True, help="Every class each release's auto mappings register (no PATH): only the classes whose verdict differs between the versions.")
 @click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring.")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
-@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown"]), default="human", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown", "sarif", "github", "junit"]), default="human", show_default=True,
+              help="sarif, github, junit: a result per cell, its model named with its transformers version.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Cells at once (each a fresh interpreter).")
 @click.option("--timeout", type=click.FloatRange(1, None), default=900.0, show_default=True,
               help="Seconds one cell may take (it runs in a child process, killed past it; its cell says so).")
@@ -83,8 +84,11 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     """
     from .. import matrix as matrix_module
     from ..errors import InvalidOptionError
+    from ..formats import EMITTED, render
     from .scan import memory_limit
 
+    if (native or bisect or diff_versions) and fmt in EMITTED:
+        raise InvalidOptionError(f"--format {fmt} is for a matrix's cells", "use human, json or markdown with --native, --bisect or --diff")
     if native:
         return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs)
     if not paths:
@@ -132,6 +136,8 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         emit(json.dumps(result.to_dict(), indent=2))
     elif fmt == "markdown":
         emit(_markdown(result))
+    elif fmt in EMITTED:
+        emit(render(fmt, cell_rows(result), command="matrix"))
     else:
         from rich.table import Table
 
@@ -164,6 +170,24 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         stderr().print("[bold red]Error:[/] none of the transformers versions could be installed here", highlight=False)
         return ExitCode.COULD_NOT_RUN
     return ExitCode.CLEAN if all(c.status == "clean" for c in result.cells) else ExitCode.FINDINGS
+
+
+def cell_rows(result) -> list:
+    """Every cell as a :class:`loadguard.formats.Row`, named ``MODEL @ transformers VERSION`` (its folder kept, so
+    locations resolve)."""
+    import dataclasses
+
+    from ..formats import Row
+
+    rows = []
+    for cell in result.cells:
+        label = f"{cell.model} @ transformers {cell.transformers}"
+        if cell.report is None:
+            row = Row.failed(cell.model, f"transformers {cell.transformers}: {cell.error}", cell.hint or None, "matrix")
+        else:
+            row = Row.from_scan({**cell.report, "model": cell.model, "scanned": True})
+        rows.append(dataclasses.replace(row, model=label))
+    return rows
 
 
 def _diff(result, before: str, after: str, fmt: str) -> int:
