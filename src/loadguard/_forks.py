@@ -33,6 +33,8 @@ class Outcome:
     value: Any = None
     error: str = ""
     seconds: float = 0.0
+    killed: str | None = None
+    """``"timeout"`` or ``"memory"`` when the pool killed the child past that limit; None otherwise."""
 
 
 def available() -> bool:
@@ -141,13 +143,13 @@ def run(
     watch_memory = bool(memory_limit) and baseline is not None
     grown_by = added if private else resident
 
-    def kill(fd: int, reason: str, now: float) -> None:
+    def kill(fd: int, limit: str, reason: str, now: float) -> None:
         index, pid, start, _ = running.pop(fd)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         selector.unregister(fd)
         os.close(fd)
-        outcomes[index] = Outcome(False, error=reason, seconds=now - start)
+        outcomes[index] = Outcome(False, error=reason, seconds=now - start, killed=limit)
 
     try:
         while pending or running:
@@ -188,11 +190,11 @@ def run(
             now = time.perf_counter()
             for fd, (index, pid, start, _) in list(running.items()):
                 if timeout and now - start >= timeout:
-                    kill(fd, f"timed out after {timeout:g} s (killed)", now)
+                    kill(fd, "timeout", f"timed out after {timeout:g} s (killed)", now)
                 elif watch_memory:
                     grown = (grown_by(pid) or 0) - baseline
                     if grown > memory_limit:
-                        kill(fd, f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
+                        kill(fd, "memory", f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
                                  f"limit {size_text(memory_limit)} (killed)", now)
     finally:
         for fd, (_, pid, _, _) in running.items():  # interrupted: leave no child behind

@@ -75,9 +75,9 @@ def _row(target: str, outcome, timeout: float | None) -> dict:
     if outcome.ok:
         return outcome.value
     kind = "ChildDied"
-    if "memory limit" in outcome.error:
+    if outcome.killed == "memory":
         hint, kind = OVER_MEMORY_HINT, "MemoryLimitExceeded"
-    elif "timed out" in outcome.error:
+    elif outcome.killed == "timeout":
         kind = "TimeoutExceeded"
         hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
                 "lock, input) never finishes")

@@ -152,7 +152,7 @@ def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.
     transformers.logging.set_verbosity_error()
     rows = []
     for native, outcome in zip(natives, _forks.run(_scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit)):
-        hint = _scan_module.OVER_MEMORY_HINT if not outcome.ok and "memory limit" in outcome.error else ""
+        hint = _scan_module.OVER_MEMORY_HINT if outcome.killed == "memory" else ""
         rows.append(outcome.value if outcome.ok else {"model": native.label, "scanned": False, "error": outcome.error, "hint": hint, "fixes": []})
     return rows
 

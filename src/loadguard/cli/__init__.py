@@ -14,7 +14,7 @@ import warnings
 import click
 
 from ..errors import LoadguardError
-from ._common import SETTINGS, ExitCode, machine_output, note, stderr
+from ._common import SETTINGS, ExitCode, machine_output, note, report_error, stderr
 
 
 class _LazyGroup(click.Group):
@@ -149,12 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     except LoadguardError as error:
         if debug:
             traceback.print_exc()
-        from ..errors import hint_for
-
-        stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
-        hint = hint_for(error, "cli")
-        if hint:
-            stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
+        report_error(error)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.exceptions.Abort:
         stderr().print("[bold red]Error:[/] aborted", highlight=False)

@@ -93,6 +93,17 @@ def stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, **_colors())
 
 
+def report_error(error) -> None:
+    """A :class:`loadguard.LoadguardError` as every command ends with one: ``Error:`` and, when there is one, ``Hint:``
+    (worded for the CLI) on stderr."""
+    from ..errors import hint_for
+
+    stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
+    hint = hint_for(error, "cli")
+    if hint:
+        stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
+
+
 def note(text: str) -> None:
     """A message that is not a result, a finding or an error (progress, what was written, what was kept back): on
     stderr, unless ``--quiet``."""
@@ -152,21 +163,6 @@ def progress(message: str, after: float = 1.0):
             state["done"] = True
             if "status" in state:
                 state["status"].stop()
-
-
-@contextlib.contextmanager
-def fleet_progress(total: int):
-    """A progress bar on stderr for a fleet of ``total`` models, when stderr is a terminal and not ``--quiet`` (a CI
-    log gets none); yields ``advance(index, outcome)`` for :func:`loadguard._forks.run`'s ``on_done``."""
-    console = stderr()
-    if SETTINGS["quiet"] or not console.is_terminal or total < 2:
-        yield lambda index, outcome: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("models", total=total)
-        yield lambda index, outcome: bar.advance(task)
 
 
 def workarounds_from_option(expose: bool = False):

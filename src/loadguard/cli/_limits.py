@@ -10,20 +10,17 @@ import sys
 
 import click
 
-from ._common import ExitCode, stderr
+from ._common import ExitCode, report_error
 
 
 def _body(call):
     """In the child: the command, its own errors printed as the CLI prints them; the exit code comes back."""
-    from ..errors import LoadguardError, hint_for
+    from ..errors import LoadguardError
 
     try:
         code = call()
     except LoadguardError as error:
-        stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
-        hint = hint_for(error, "cli")
-        if hint:
-            stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
+        report_error(error)
         code = ExitCode.COULD_NOT_RUN
     finally:
         sys.stdout.flush()
@@ -50,7 +47,7 @@ def limits_options(command):
         (outcome,) = _forks.run(lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit)
         if outcome.ok:
             return outcome.value
-        which = "--memory-limit" if "memory limit" in outcome.error else "--timeout" if "timed out" in outcome.error else None
+        which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)
         raise LoadguardError(
             f"{kwargs.get('path', 'the model')}: the command did not finish: {outcome.error}",
             f"raise {which} if the model only needs more" if which else "run it again with LOADGUARD_DEBUG=1 to see why",

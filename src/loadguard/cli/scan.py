@@ -16,7 +16,8 @@ import click
 
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
-from ._common import SCHEMA_VERSION, ExitCode, emit, fleet_progress, note, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import SCHEMA_VERSION, ExitCode, emit, note, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._progress import fleet_progress
 
 
 

@@ -3,6 +3,7 @@ lives (to turn a finding's ``file:line`` into a path a CI system can open)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -69,9 +70,10 @@ class Row:
     def failed(cls, model: str, error: str, hint: str | None, mode: str = "audit") -> Row:
         return cls(model, "", mode, _local(model), error=error, hint=hint)
 
+    @functools.cached_property
     def identity(self) -> str:
         """The model as the same model on any machine and in any folder: its class and the digest of its config.json
-        (never a temporary folder's path), or the name it was given (a Hub id, a native class)."""
+        (never a temporary folder's path), or the name it was given (a Hub id, a native class). Read once a row."""
         config = Path(self.folder, "config.json") if self.folder else None
         if config is not None and config.is_file():
             return f"{self.model_class}@{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
@@ -79,7 +81,7 @@ class Row:
 
     def fingerprint(self, finding: Finding) -> str:
         """Stable across runs and machines: the model's identity, the tensor and what is wrong with it."""
-        return hashlib.sha256(f"{self.identity()}|{finding.tensor}|{finding.check}|{finding.status}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.identity}|{finding.tensor}|{finding.check}|{finding.status}".encode()).hexdigest()
 
     def source(self, finding: Finding) -> tuple[str, int, bool] | None:
         """``(path, line, in_model)`` of the finding's code: in the model's folder (a path relative to the current

@@ -23,7 +23,7 @@ VERSION = 1
 def entries(rows: list[Row]) -> dict[str, dict[str, str]]:
     """Every failing finding of ``rows``: fingerprint -> what it is, in words."""
     return {
-        row.fingerprint(f): {"model": row.model, "identity": row.identity(), "tensor": f.tensor, "check": f.check, "status": f.status}
+        row.fingerprint(f): {"model": row.model, "identity": row.identity, "tensor": f.tensor, "check": f.check, "status": f.status}
         for row in rows
         for f in row.failures
     }
@@ -73,7 +73,7 @@ def apply(rows: list[Row], baseline: dict[str, dict[str, str]]) -> tuple[list[Ro
             else:
                 fresh.append(finding)
         kept.append(dataclasses.replace(row, findings=tuple(fresh)))
-    models = {row.identity() for row in rows if row.checked}
+    models = {row.identity for row in rows if row.checked}
     fixed = [entry for fingerprint, entry in baseline.items() if fingerprint not in seen and entry.get("identity") in models]
     return kept, known, fixed
 
