@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import json
 import shutil
@@ -385,7 +386,7 @@ def test_workarounds_from_runs_no_code_for_help_or_a_usage_error(command, tmp_pa
 
 
 def test_a_matrix_cell_passes_the_model_after_double_dash(tmp_path):
-    from loadguard import matrix as matrix_module
+    matrix_module = importlib.import_module("loadguard.matrix")
 
     for full in (False, True):
         arguments = matrix_module._arguments("-looks-like-an-option", full, ["--trust-remote-code", "--keys=auto"])

@@ -204,3 +204,52 @@ def test_offline_is_told_apart_from_missing(capsys):
     code, out, _ = _cli(capsys, "scan", "someorg/not-cached-here", "--format", "json")
     (row,) = [json.loads(line) for line in out.splitlines()]
     assert code == 2 and row["error"]["kind"] == "HubUnreachableError" and "offline" in row["error"]["message"]
+
+
+@needs_v5
+def test_compare_and_trace_travel_too(capsys, zoo_folder, tmp_path, monkeypatch):
+    """What a run did wrong is a result at the line behind it (a crash's line, the class NaN first came out of), with the
+    tensors the load left wrong; a clean run has no result."""
+    monkeypatch.chdir(tmp_path)
+    fingerprints = []
+    for copy in ("first", "second"):
+        folder = _copy(zoo_folder, "np_buffer", tmp_path / copy / "np_buffer")
+        code, out, err = _cli(capsys, "compare", folder, "--trust-remote-code", "--format", "sarif")
+        assert code == 1, err
+        document = json.loads(out)
+        jsonschema.validate(document, SCHEMA)
+        results = {r["ruleId"]: r for r in document["runs"][0]["results"]}
+        raised = results["compare/raised"]
+        assert "IndexError in positions (LgToyPositions)" in raised["message"]["text"]
+        location = raised["locations"][0]["physicalLocation"]
+        assert "self.index" in _line(folder, location["artifactLocation"]["uri"], location["region"]["startLine"])
+        assert results["non_persistent_buffer/uninitialized"]["properties"]["tensor"] in ("positions.index", "positions.table")
+        rules = document["runs"][0]["tool"]["driver"]["rules"]
+        assert any(r["id"] == "compare/raised" and "built eagerly" in r["fullDescription"]["text"] for r in rules)
+        fingerprints.append(sorted(r["partialFingerprints"]["loadguardFinding/v1"] for r in results.values()))
+    assert fingerprints[0] == fingerprints[1]
+
+    folder = _copy(zoo_folder, "overwritten", tmp_path / "overwritten")
+    code, out, _ = _cli(capsys, "compare", folder, "--trust-remote-code", "--format", "junit")
+    failure = ET.fromstring(out).find(".//failure")
+    assert code == 1 and failure.get("type") == "differ" and "lm_head.weight (overwritten)" in failure.text
+
+    folder = _copy(zoo_folder, "missing_key", tmp_path / "missing_key")
+    code, out, _ = _cli(capsys, "trace", folder, "--trust-remote-code", "--format", "github")
+    assert code == 1
+    file, line = out.split("::error file=")[1].split(",title=")[0].split(",line=")
+    assert "class LgToyForCausalLM" in Path(file).read_text().splitlines()[int(line) - 1]
+    assert "non-finite tensors in it or around it: logit_scale" in out
+
+    clean = _copy(zoo_folder, "clean", tmp_path / "clean")
+    for command in ("compare", "trace"):
+        code, out, err = _cli(capsys, command, clean, "--trust-remote-code", "--format", "sarif")
+        assert code == 0 and json.loads(out)["runs"][0]["results"] == [], err
+
+
+def test_table_is_the_default_format_and_human_its_other_name(capsys, zoo_folder):
+    folder = str(zoo_folder("clean"))
+    outputs = [_cli(capsys, "audit", folder, "--trust-remote-code", *fmt) for fmt in ((), ("--format", "table"), ("--format", "human"))]
+    assert outputs[0][0] == 0 and outputs[0][1] == outputs[1][1] == outputs[2][1] and "non_persistent_buffer" in outputs[0][1]
+    code, _, err = _cli(capsys, "audit", folder, "--format", "yaml")
+    assert code == 2 and "'table'" in err

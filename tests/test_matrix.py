@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -9,7 +10,7 @@ import pytest
 
 from loadguard import envs
 from loadguard.errors import InvalidOptionError
-from loadguard import matrix as matrix_module
+matrix_module = importlib.import_module("loadguard.matrix")  # (loadguard.matrix is the function)
 
 from .conftest import TRANSFORMERS_VERSION
 
@@ -284,3 +285,20 @@ def test_matrix_cells_in_sarif_github_and_junit(monkeypatch, capsys, zoo_folder)
     with pytest.raises(SystemExit) as info:
         main(["matrix", folder, "--bisect", "5.24.0", "5.25.0", "--format", "sarif"])
     assert info.value.code == 2 and "is for a matrix's cells" in capsys.readouterr().err
+
+
+def test_loadguard_matrix_is_callable_and_returns_the_matrix_json_prints(monkeypatch):
+    import loadguard
+
+    monkeypatch.setattr(envs, "environment", lambda version: envs.Environment(version, envs.cache_root(), ok=True))
+    monkeypatch.setattr(matrix_module, "_run_in", lambda environment, cells, full, checks=None, limits=None: [
+        matrix_module.Cell(m, environment.version, "clean" if environment.version == V4 else "findings",
+                           {"findings": [] if environment.version == V4 else [{"tensor": "t", "status": "uninitialized"}]})
+        for m, _ in cells])
+    from loadguard.matrix import Cell  # importing the module does not replace the function
+
+    result = loadguard.matrix(["a", "b"], [V4, V5])
+    assert callable(loadguard.matrix) and isinstance(result.cells[0], Cell)
+    assert [(c.model, c.transformers, c.status) for c in result.cells] == [
+        ("a", V4, "clean"), ("a", V5, "findings"), ("b", V4, "clean"), ("b", V5, "findings")]
+    assert result.cell("b", V5).failures == ["t"] and json.loads(json.dumps(result.to_dict()))["transformers"] == [V4, V5]

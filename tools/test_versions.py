@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from loadguard import matrix, selfcheck, zoo
+    from loadguard import selfcheck, zoo
+    from loadguard.matrix import matrix
     from loadguard.cli.matrix import _markdown
 
     versions = args.versions.split(",") if args.versions else default_versions()
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         folders = {name: str(zoo.build(name, Path(workdir) / name)) for name in names}
         print(f"versions: {', '.join(versions)}; {len(names)} zoo entries", file=sys.stderr)
         options = dict(workarounds=list(README_WORKAROUNDS), trust_remote_code=True, jobs=args.jobs)
-        scanned = matrix.run(list(folders.values()), versions, **options)
-        audited = matrix.run(list(folders.values()), versions, full=True, **options)
+        scanned = matrix(list(folders.values()), versions, **options)
+        audited = matrix(list(folders.values()), versions, full=True, **options)
         for version in versions:
             check = scanned.selfchecks.get(version)
             if check is None:

@@ -34,6 +34,7 @@ _EXPORTS = {
     "repair": "repair",
     "scan": "scan",
     "scan_many": "fleet",
+    "matrix": "matrix",
     "Row": "formats",
     "TraceResult": "runner.trace",
     "trace": "runner.trace",
@@ -45,8 +46,8 @@ _EXPORTS = {
     "RepairResult": "report",
     "Unrepaired": "report",
 }
-_SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "formats", "inventory", "matrix", "reference", "report", "runner", "workarounds", "zoo")
-# ("scan" is a verb: loadguard.scan is the function, as loadguard.audit is)
+_SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "formats", "inventory", "reference", "report", "runner", "workarounds", "zoo")
+# ("scan" is a verb: loadguard.scan is the function, as loadguard.audit is; so is loadguard.matrix)
 
 if TYPE_CHECKING:
     from .audit import audit
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from .repair import repair
     from .scan import scan
     from .fleet import scan_many
+    from .matrix import matrix
     from .formats import Row
     from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
     from .runner.trace import TraceResult, trace
@@ -107,6 +109,7 @@ __all__ = [
     "poison",
     "repair",
     "scan",
+    "matrix",
     "scan_many",
     "trace",
     "workaround",

@@ -23,7 +23,7 @@ from .errors import InvalidOptionError
 
 # key -> (type, default, what it sets)
 KEYS: dict[str, tuple[type, Any, str]] = {
-    "format": (str, "human", "--format of audit, scan, compare, trace, matrix (where the command has that format)"),
+    "format": (str, "table", "--format of audit, scan, compare, trace, matrix (where the command has that format)"),
     "workarounds": (list, [], "--workaround NAME... of every command that loads models"),
     "baseline": (str, None, "--baseline FILE of audit and scan"),
     "timeout": (float, None, "--timeout of every command that runs model code (scan, matrix: 900 s when unset)"),
@@ -34,7 +34,7 @@ KEYS: dict[str, tuple[type, Any, str]] = {
     "poison": (bool, False, "the pytest plugin loads under loadguard.poison() (as --loadguard-poison)"),
 }
 CHOICES = {"color": ("auto", "always", "never"), "plugin": ("off", "warn", "fail", "repair"),
-           "format": ("human", "json", "markdown", "sarif", "github", "junit")}
+           "format": ("table", "human", "json", "markdown", "sarif", "github", "junit")}
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ so two matrices can be diffed.
 
 Example::
 
-    result = loadguard.matrix.run(["./minicpmv_like"], ["4.57.6", "5.24.0"], workarounds=["auto", "minicpmv-pos-cache"],
-                                  trust_remote_code=True)
+    result = loadguard.matrix(["./minicpmv_like"], ["4.57.6", "5.24.0"], workarounds=["auto", "minicpmv-pos-cache"],
+                              trust_remote_code=True)
     result.cell("./minicpmv_like", "5.24.0").failures      # ['resampler.pos_embed']
 """
 
@@ -221,7 +221,7 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
     return out
 
 
-def run(
+def matrix(
     models: Sequence[str],
     versions: Sequence[str],
     *,
@@ -234,8 +234,9 @@ def run(
     jobs: int = 1,
     limits: dict | None = None,
 ) -> Matrix:
-    """Every model under every version; environments created (or reused) first, then each environment's cells
-    through its worker, ``jobs`` environments at a time."""
+    """Every model under every version (``loadguard.matrix(...)``; ``loadguard matrix`` on the command line):
+    environments created (or reused) first, then each environment's cells through its worker, ``jobs`` environments
+    at a time. The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
     start = time.perf_counter()
     environments = [envs.environment(v) for v in versions]
     built = time.perf_counter() - start
@@ -253,6 +254,10 @@ def run(
         {"environments": built, "cells": elapsed, "per_cell": elapsed / max(1, len(cells))},
         {v: checks[v] for v in versions if v in checks},
     )
+
+
+run = matrix
+"""The name :func:`matrix` had before ``loadguard.matrix(...)`` was callable."""
 
 
 @dataclass(frozen=True)

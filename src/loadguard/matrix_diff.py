@@ -3,7 +3,7 @@ release gate's question ("is this bump safe for the models we cover?").
 
 Example::
 
-    result = loadguard.matrix.run(models, ["5.24.0", "5.25.0"])
+    result = loadguard.matrix(models, ["5.24.0", "5.25.0"])
     for change in diff(result, "5.24.0", "5.25.0"):
         if change.worse:
             print(change.model, change.change, change.added)

@@ -119,7 +119,7 @@ def _warnings_kept(verbose: bool):
             note(f"({len(hidden)} warning(s) from transformers or the model's code not shown: --verbose shows them)")
 
 
-def _machine_format(arguments: list[str], configured: str = "human") -> bool:
+def _machine_format(arguments: list[str], configured: str = "table") -> bool:
     """``--format json`` / ``--format=markdown`` (or a machine format set in ``[tool.loadguard]`` and not overridden):
     the output is for a machine; stdout must hold only it."""
     given = any(a == "--format" or a.startswith("--format=") for a in arguments[: arguments.index("--") if "--" in arguments else None])

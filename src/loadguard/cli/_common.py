@@ -13,6 +13,8 @@ from typing import Any
 import click
 from rich.console import Console
 
+from ._options import workarounds_from_option
+
 
 class ExitCode(IntEnum):
     CLEAN = 0
@@ -163,32 +165,6 @@ def progress(message: str, after: float = 1.0):
             state["done"] = True
             if "status" in state:
                 state["status"].stop()
-
-
-def workarounds_from_option(expose: bool = False):
-    """``--workarounds-from FILE.py`` (repeatable): workarounds registered outside the package. The files are imported
-    when the command runs, before its body: never for ``--help`` or a usage error (an option that executes code acts
-    only when the command does), and before ``--workaround NAME`` is resolved, so it can name them."""
-
-    def decorate(command):
-        @functools.wraps(command)
-        def with_files(*args, **kwargs):
-            from .. import workarounds as registry
-
-            files = kwargs["workarounds_from"] if expose else kwargs.pop("workarounds_from")
-            for file in files or ():
-                registry.load_file(file)
-            return command(*args, **kwargs)
-
-        return click.option(
-            "--workarounds-from",
-            "workarounds_from",
-            multiple=True,
-            metavar="FILE.py",
-            help="Import a Python file that registers workarounds with @loadguard.workaround (repeatable).",
-        )(with_files)
-
-    return decorate
 
 
 def parse_placement(device_map: str | None, max_memory: str | None, offload_folder: str | None) -> dict[str, Any]:

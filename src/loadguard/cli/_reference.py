@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import command_line, progress
+from ._common import command_line, emit, progress
 
 
 def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, dtype: str, workarounds):
@@ -45,3 +45,22 @@ def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_co
     if crash is None:
         return None
     return explain(model, path, crash)
+
+
+def run_row(path: str, mode: str, model, *, broken=None, failure=None, findings=()):
+    """``compare``'s or ``trace``'s result as a :class:`loadguard.formats.Row` for the machine formats: a crash the
+    load broke (``broken``), else what the run did wrong (``failure``, a :class:`~loadguard.formats.RunFailure`), with
+    the tensors behind it."""
+    from ..formats import Row, RunFailure
+
+    if broken is not None:
+        crash = broken.crash
+        failure = RunFailure("raised", f"the loaded model raised {crash.describe()}; the reference runs the same call", crash.module, crash.location)
+        findings = broken.tensors
+    return Row.from_run(str(path), type(model).__name__, mode, findings, failure)
+
+
+def emit_row(fmt: str, row, command: str) -> None:
+    from ..formats import render
+
+    emit(render(fmt, [row], command=command))

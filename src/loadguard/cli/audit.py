@@ -9,15 +9,15 @@ import click
 
 from ._baseline import apply_baseline, baseline_options
 from ._limits import limits_options
-from ._common import SCHEMA_VERSION, ExitCode, emit, load_model, loading_options, stderr, stdout
+from ._common import ExitCode, SCHEMA_VERSION, emit, load_model, loading_options, stderr, stdout
+from ._options import format_option
 
 
 @click.command()
 @limits_options
 @loading_options
 @click.option("--repair", "do_repair", is_flag=True, help="Also repair in memory and say whether the result audits clean (never writes to PATH).")
-@click.option("--format", "fmt", type=click.Choice(["human", "json", "sarif", "github", "junit"]), default="human", show_default=True,
-              help="sarif: code scanning; github: workflow annotations (+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
+@format_option("json", "sarif", "github", "junit", help="sarif: code scanning; github: workflow annotations (+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
 @click.option("--reproducer", "reproducer_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
                    "to attach to an upstream issue.")

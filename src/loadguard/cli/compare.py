@@ -8,7 +8,8 @@ import click
 
 from ._limits import limits_options
 from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
-from ._reference import attribute_crash, reference_runner
+from ._options import format_option
+from ._reference import attribute_crash, emit_row, reference_runner, run_row
 
 
 @click.command()
@@ -19,12 +20,13 @@ from ._reference import attribute_crash, reference_runner
 @click.option("--max-tokens", default=8, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--num-logprobs", default=5, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--repair", "do_repair", is_flag=True, help="Audit and repair the from_pretrained model before generating.")
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json", "sarif", "github", "junit", help="sarif, github, junit: what differs, at the line of code behind it (as audit's).")
 def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ (or A raises where B runs), 2 could not run."""
     from .. import audit, repair
     from ..compare import check_logprobs_close
+    from ..formats import EMITTED, RunFailure
     from ..runner.crash import guarded
 
     prompt_list, images, runner = cases_and_runner(
@@ -43,7 +45,9 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     broken = attribute_crash(path, model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
     next_step = command_line("compare", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
     if broken is not None:
-        if fmt == "json":
+        if fmt in EMITTED:
+            emit_row(fmt, run_row(path, "compare", model, broken=broken), "compare")
+        elif fmt == "json":
             emit(json.dumps({"model": str(path), "ok": False, "prompts": prompt_list, "crash": broken.to_dict(), "next": next_step}, indent=2))
         else:
             stdout().print(broken.describe(), highlight=False, markup=False)
@@ -63,7 +67,10 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     wrong = ()  # outputs differ: what the audit finds wrong in the model that produced them
     if not ok:
         wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, path)).failures
-    if fmt == "json":
+    if fmt in EMITTED:
+        failure = None if ok else RunFailure("differ", f"greedy outputs differ from the reference's: {failure_text.splitlines()[0]}")
+        emit_row(fmt, run_row(path, "compare", model, failure=failure, findings=wrong), "compare")
+    elif fmt == "json":
         document = {
             "model": str(path),
             "ok": ok,

@@ -7,10 +7,11 @@ import json
 import click
 
 from ._common import emit, stdout
+from ._options import format_option
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 def config(fmt):
     """Print the effective [tool.loadguard] configuration (the nearest pyproject.toml that has the table), each value with
     where it came from. Command-line flags override every value."""

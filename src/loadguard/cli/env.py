@@ -12,6 +12,7 @@ import time
 import click
 
 from ._common import ExitCode, emit, quiet_transformers
+from ._options import format_option
 
 # distribution -> module to import (an installed package that fails to import is reported as broken)
 _PACKAGES = {
@@ -70,7 +71,7 @@ def self_test() -> dict:
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 def env(fmt):
     """Versions, and whether this transformers keeps non-persistent buffers through from_pretrained."""
     versions = {"python": platform.python_version(), "platform": platform.platform()}

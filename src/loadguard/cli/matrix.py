@@ -3,12 +3,14 @@ and which workarounds each version still needs."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import click
 
-from ._common import ExitCode, emit, progress, stderr, stdout, workarounds_from_option
+from ._common import ExitCode, emit, progress, stderr, stdout
+from ._options import format_option, workarounds_from_option
 
 _SPECIFIER = set("<>=!~*")
 
@@ -70,8 +72,7 @@ def _markdown(matrix) -> str:
 @click.option("--native", is_flag=True, help="Every class each release's auto mappings register (no PATH): only the classes whose verdict differs between the versions.")
 @click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring.")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
-@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown", "sarif", "github", "junit"]), default="human", show_default=True,
-              help="sarif, github, junit: a result per cell, its model named with its transformers version.")
+@format_option("json", "markdown", "sarif", "github", "junit", help="sarif, github, junit: a result per cell, its model named with its transformers version.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Cells at once (each a fresh interpreter).")
 @click.option("--timeout", type=click.FloatRange(1, None), default=900.0, show_default=True,
               help="Seconds one cell may take (it runs in a child process, killed past it; its cell says so).")
@@ -82,7 +83,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
 
     Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
     """
-    from .. import matrix as matrix_module
+    matrix_module = importlib.import_module("loadguard.matrix")  # loadguard.matrix is the function
     from ..errors import InvalidOptionError
     from ..formats import EMITTED, render
     from .scan import memory_limit

@@ -22,6 +22,7 @@ import tempfile
 import click
 
 from ._common import ExitCode, emit, progress, stderr, stdout
+from ._options import format_option
 
 
 def test_name(nodeid: str) -> str:
@@ -102,7 +103,7 @@ def summarize(runs: list[dict]) -> dict:
     "--workarounds-from", "workaround_files", multiple=True, metavar="FILE.py", type=click.Path(exists=True, dir_okay=False),
     help="A Python file that registers workarounds, imported by every run's pytest (repeatable).",
 )
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
     """Run the selected tests N times in fresh processes; report pass rate and fingerprints per test.
@@ -128,7 +129,7 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
             if jobs > 1:
                 command += ["-n", str(batch), "--dist", "each"]
             label = f"run {len(runs) + 1} of {count}" if batch == 1 else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"
-            with progress(label, after=0.0 if fmt == "human" and stderr().is_terminal else 1e9):
+            with progress(label, after=0.0 if fmt == "table" and stderr().is_terminal else 1e9):
                 completed = subprocess.run(command, capture_output=True, text=True)
             new = []
             if os.path.exists(record):

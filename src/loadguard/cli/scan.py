@@ -16,7 +16,8 @@ import click
 
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
-from ._common import SCHEMA_VERSION, ExitCode, emit, note, quiet_transformers, stderr, stdout, workarounds_from_option
+from ._common import ExitCode, SCHEMA_VERSION, emit, note, quiet_transformers, stderr, stdout
+from ._options import format_option, workarounds_from_option
 from ._progress import fleet_progress
 
 
@@ -111,8 +112,7 @@ def _markdown(rows: list[dict]) -> str:
               help="header: keys/shapes/dtypes from the safetensors headers; complete: the checkpoint holds every key.")
 @click.option("--workaround", "workarounds", multiple=True, metavar="NAME", help="Apply a registered workaround (repeatable); 'auto' applies those whose failure the load hits.")
 @workarounds_from_option(expose=True)
-@click.option("--format", "fmt", type=click.Choice(["human", "json", "markdown", "sarif", "github", "junit"]), default="human", show_default=True,
-              help="json: one JSON document per model per line; sarif: code scanning; github: workflow annotations "
+@format_option("json", "markdown", "sarif", "github", "junit", help="json: one JSON document per model per line; sarif: code scanning; github: workflow annotations "
                    "(+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
 @click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Models scanned at once (a fleet: each in a child process of its own).")
 @click.option("--timeout", type=click.FloatRange(1, None), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds one model's scan may take (each model runs in a child process; past it, the child is killed and its row says so).")

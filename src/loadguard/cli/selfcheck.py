@@ -7,6 +7,7 @@ import json
 import click
 
 from ._common import ExitCode, emit, progress, quiet_transformers, stdout
+from ._options import format_option
 
 
 def _verdict(failing: dict[str, str]) -> str:
@@ -16,7 +17,7 @@ def _verdict(failing: dict[str, str]) -> str:
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 @click.option("--cached", is_flag=True, help="Show the record of this combination when there is one, instead of running it again.")
 def selfcheck(fmt, cached):
     """Run the scan's self-check now and record it: tiny zoo models, one per failure mode, each scanned without

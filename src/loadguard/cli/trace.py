@@ -8,7 +8,8 @@ import click
 
 from ._limits import limits_options
 from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
-from ._reference import attribute_crash, reference_runner
+from ._options import format_option
+from ._reference import attribute_crash, emit_row, reference_runner, run_row
 
 
 @click.command()
@@ -16,10 +17,11 @@ from ._reference import attribute_crash, reference_runner
 @loading_options
 @click.option("--prompt", default=None, help="Prompt for the forward pass. Default: the zoo entry's first, else a built-in one.")
 @click.option("--image", "image_paths", multiple=True, type=click.Path(dir_okay=False), help="Image(s) for the prompt (repeatable).")
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json", "sarif", "github", "junit", help="sarif, github, junit: the module where NaN/Inf first appears, at its class.")
 def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompt, image_paths, fmt):
     """Report the first module whose output holds NaN/Inf, its non-finite inputs and the tensors behind it.
     Exit 0 finite, 1 non-finite found (or the loaded model raises where the reference runs), 2 could not run."""
+    from ..formats import EMITTED
     from ..runner.crash import guarded
     from ..runner.trace import trace as run_trace
 
@@ -35,14 +37,35 @@ def trace(path, trust_remote_code, auto_class, dtype, device, poison, workaround
         _, reference_crash = guarded(twin.model, lambda: twin.generate_greedy(prompts[:1], 1, images=step_images))
         broken = attribute_crash(path, runner.model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
         repair_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
-        if fmt == "json":
+        if fmt in EMITTED:
+            emit_row(fmt, run_row(path, "trace", runner.model, broken=broken), "trace")
+        elif fmt == "json":
             emit(json.dumps({"model": str(path), "prompt": prompts[0], "finite": None, "crash": broken.to_dict(), "next": repair_line}, indent=2))
         else:
             stdout().print(broken.describe(), highlight=False, markup=False)
             stderr().print(f"[bold]Hint:[/] '{repair_line}' shows whether those tensors can be repaired in memory", highlight=False)
         return ExitCode.FINDINGS
-    if fmt == "json":
+    if fmt in EMITTED:
+        emit_row(fmt, run_row(path, "trace", runner.model, failure=_non_finite(runner.model, result)), "trace")
+    elif fmt == "json":
         emit(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict(), "crash": None}, indent=2))
     else:
         stdout().print(result.describe(), highlight=False)
     return ExitCode.CLEAN if result.finite else ExitCode.FINDINGS
+
+
+def _non_finite(model, result):
+    """A non-finite forward as a run failure, located at the class of the module it first came out of."""
+    import inspect
+
+    from .._locations import located
+    from ..formats import RunFailure
+
+    if result.finite:
+        return None
+    try:
+        cls = type(model if result.module == "(model)" else model.get_submodule(result.module))
+        location = located(inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1])
+    except (AttributeError, OSError, TypeError):  # a class without source (built-in, made at run time)
+        location = None
+    return RunFailure("non_finite", result.describe().replace("\n", ";").replace("  ", " "), result.module, location)

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from ._common import ExitCode, emit, load_model, stderr, stdout, workarounds_from_option
+from ._common import ExitCode, emit, load_model, stderr, stdout
+from ._options import format_option, workarounds_from_option
 
 
 def _status(item, model, report, runner) -> str:
@@ -39,7 +40,7 @@ def workarounds():
 @click.option("--trust-remote-code", is_flag=True, help="Needed to load PATH if it has its own code.")
 @click.option("--workaround", "selection", multiple=True, metavar="NAME", help="Load PATH with these (e.g. 'auto' for code written for older transformers).")
 @workarounds_from_option()
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 def list_workarounds(path, trust_remote_code, selection, fmt):
     """List every registered workaround, where it comes from and the failures it fixes; with PATH, load it
     (under poison) and say whether each is needed."""
@@ -91,7 +92,7 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
 
 
 @workarounds.command("coverage")
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 def coverage(fmt):
     """How the API diff (transformers 4.57 -> the pinned 5.x, `make api-diff`) is covered: per workaround, the entries
     it gives back; how many are declined, with the reasons; any entry nobody covers. Exit 1 if one is uncovered."""

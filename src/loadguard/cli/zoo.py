@@ -7,6 +7,7 @@ import json
 import click
 
 from ._common import ExitCode, emit, stderr, stdout
+from ._options import format_option
 
 
 @click.group()
@@ -15,7 +16,7 @@ def zoo():
 
 
 @zoo.command("list")
-@click.option("--format", "fmt", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@format_option("json")
 def list_entries(fmt):
     """List the zoo's entries and the failure mode each reproduces."""
     from rich.table import Table

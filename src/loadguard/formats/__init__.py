@@ -1,8 +1,8 @@
 """Output formats: one emitter a module, chosen by :class:`Format`, over one list of :class:`Row` (a model's result).
 
-``human`` and ``json`` are each command's own (a table, the JSON contract); the formats here are for where findings
-are acted on: ``sarif`` (a repository's code-scanning tab), ``github`` (workflow commands: annotations on a PR, and a
-Markdown summary in ``$GITHUB_STEP_SUMMARY``), ``junit`` (a CI test report).
+``table`` (``human`` is its former name) and ``json`` are each command's own (a table, the JSON contract); the formats
+here are for where findings are acted on: ``sarif`` (a repository's code-scanning tab), ``github`` (workflow commands:
+annotations on a PR, and a Markdown summary in ``$GITHUB_STEP_SUMMARY``), ``junit`` (a CI test report).
 
 Example::
 
@@ -15,16 +15,20 @@ from __future__ import annotations
 
 from enum import Enum
 
-from ._rows import Row
+from ._rows import Row, RunFailure
 
 
 class Format(str, Enum):
-    HUMAN = "human"
+    TABLE = "table"
     JSON = "json"
     MARKDOWN = "markdown"
     SARIF = "sarif"
     GITHUB = "github"
     JUNIT = "junit"
+
+    @classmethod
+    def _missing_(cls, value):
+        return cls.TABLE if value == "human" else None
 
 
 EMITTED = (Format.SARIF, Format.GITHUB, Format.JUNIT)
@@ -39,4 +43,4 @@ def render(fmt: Format | str, rows: list[Row], *, command: str = "audit") -> str
     return emitters[Format(fmt)](rows, command=command)
 
 
-__all__ = ["EMITTED", "Format", "Row", "render"]
+__all__ = ["EMITTED", "Format", "Row", "RunFailure", "render"]

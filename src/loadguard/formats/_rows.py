@@ -14,9 +14,27 @@ from ..report import AuditReport, CheckSummary, Finding
 
 
 @dataclass(frozen=True)
+class RunFailure:
+    """What running the loaded model did wrong (``compare``, ``trace``), beside the tensors the audit names: ``kind``
+    ``raised`` (its code raised where the reference runs), ``differ`` (its outputs differ from the reference's) or
+    ``non_finite`` (NaN/Inf first came out of ``module``); ``location`` the ``file:line`` behind it when known."""
+
+    kind: str
+    message: str
+    module: str | None = None
+    location: str | None = None
+
+    @property
+    def tensor(self) -> str:
+        """What a finding's ``tensor`` is to an emitter: the module, else the model's outputs."""
+        return self.module or "(outputs)"
+
+
+@dataclass(frozen=True)
 class Row:
     """``model`` as the user named it; ``folder`` its local folder (None for a Hub id or a native class); ``findings``
-    every finding (failing ones in :attr:`failures`); ``error`` why it could not be checked, with ``hint``."""
+    every finding (failing ones in :attr:`failures`); ``error`` why it could not be checked, with ``hint``;
+    ``run_failure`` what running it did wrong (``compare``, ``trace``), its findings being the tensors behind that."""
 
     model: str
     model_class: str = ""
@@ -26,6 +44,7 @@ class Row:
     checks: tuple[CheckSummary, ...] = ()
     error: str | None = None
     hint: str | None = None
+    run_failure: RunFailure | None = None
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -37,7 +56,7 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return self.checked and not self.failures
+        return self.checked and not self.failures and self.run_failure is None
 
     @classmethod
     def from_report(cls, report: AuditReport, model: str) -> Row:
@@ -67,6 +86,11 @@ class Row:
         return cls(model, document.get("model_class", ""), "audit", _local(model), findings, checks)
 
     @classmethod
+    def from_run(cls, model: str, model_class: str, mode: str, findings=(), failure: RunFailure | None = None) -> Row:
+        """A run of the model (``compare``, ``trace``): what it did wrong, if anything, and the tensors behind it."""
+        return cls(model, model_class, mode, _local(model), tuple(findings), run_failure=failure)
+
+    @classmethod
     def failed(cls, model: str, error: str, hint: str | None, mode: str = "audit") -> Row:
         return cls(model, "", mode, _local(model), error=error, hint=hint)
 
@@ -79,11 +103,13 @@ class Row:
             return f"{self.model_class}@{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
         return self.model
 
-    def fingerprint(self, finding: Finding) -> str:
-        """Stable across runs and machines: the model's identity, the tensor and what is wrong with it."""
+    def fingerprint(self, finding: Finding | RunFailure) -> str:
+        """Stable across runs and machines: the model's identity, the tensor (or module) and what is wrong with it."""
+        if isinstance(finding, RunFailure):
+            return hashlib.sha256(f"{self.identity}|{finding.tensor}|{self.mode}|{finding.kind}".encode()).hexdigest()
         return hashlib.sha256(f"{self.identity}|{finding.tensor}|{finding.check}|{finding.status}".encode()).hexdigest()
 
-    def source(self, finding: Finding) -> tuple[str, int, bool] | None:
+    def source(self, finding: Finding | RunFailure) -> tuple[str, int, bool] | None:
         """``(path, line, in_model)`` of the finding's code: in the model's folder (a path relative to the current
         directory), else the installed package's (``transformers/models/...``, ``in_model`` False)."""
         if not finding.location or ":" not in finding.location:
@@ -100,4 +126,4 @@ def _local(model: str) -> str | None:
     return model if model and Path(model).is_dir() else None
 
 
-__all__ = ["Row"]
+__all__ = ["Row", "RunFailure"]

@@ -29,8 +29,8 @@ def summary(rows: list[Row], command: str) -> str:
         if not row.checked:
             verdict, what = "could not check", f"{row.error}" + (f" (Hint: {row.hint})" if row.hint else "")
         else:
-            verdict = "clean" if row.ok else f"{len(row.failures)} wrong"
-            what = ", ".join(f"`{f.tensor}` ({f.status})" + (f" at `{f.location}`" if f.location else "") for f in row.failures[:8])
+            verdict = "clean" if row.ok else f"{row.run_failure.kind}, {len(row.failures)} wrong" if row.run_failure else f"{len(row.failures)} wrong"
+            what = (f"{row.run_failure.message.splitlines()[0]}; " if row.run_failure else "") + ", ".join(f"`{f.tensor}` ({f.status})" + (f" at `{f.location}`" if f.location else "") for f in row.failures[:8])
             what += f" and {len(row.failures) - 8} more" if len(row.failures) > 8 else ""
         lines.append(f"| {row.model} | {verdict} | {what.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
@@ -47,6 +47,12 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
             file, line = (source[0], source[1]) if source and source[2] else (None, None)
             where = f" (made at {finding.location})" if finding.location and not file else ""
             out.append(_command(f"loadguard: {finding.tensor} {finding.status}", f"{row.model}: {finding.detail}{where}", file, line))
+        if row.run_failure is not None:
+            failure = row.run_failure
+            source = row.source(failure)
+            file, line = (source[0], source[1]) if source and source[2] else (None, None)
+            where = f" (at {failure.location})" if failure.location and not file else ""
+            out.append(_command(f"loadguard {command}: {failure.tensor} {failure.kind}", f"{row.model}: {failure.message}{where}", file, line))
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
         with open(target, "a", encoding="utf-8") as stream:

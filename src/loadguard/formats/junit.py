@@ -1,5 +1,6 @@
 """JUnit XML (what CI test reports read): a fleet is a test case per model; one model is a test case per check, a
-check that did not run being skipped with the reason."""
+check that did not run being skipped with the reason; a run (``compare``, ``trace``) is one test case, failing with what
+the run did wrong and the tensors behind it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
     root = ET.Element("testsuites", {"name": f"loadguard {command}"})
     suite = ET.SubElement(root, "testsuite", {"name": f"loadguard {command}"})
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    single = len(rows) == 1 and rows[0].checked
+    single = len(rows) == 1 and rows[0].checked and rows[0].mode in ("audit", "scan")
     for row in rows:
         if single:  # one model: a case per check
             for check in row.checks:
@@ -39,6 +40,10 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
         if not row.checked:
             counts["errors"] += 1
             ET.SubElement(case, "error", {"message": row.error or "", "type": "could not check"}).text = row.hint or ""
+        elif row.run_failure is not None:
+            counts["failures"] += 1
+            text = row.run_failure.message + ("\n" + _failure_text(row.failures) if row.failures else "")
+            ET.SubElement(case, "failure", {"message": row.run_failure.message.splitlines()[0], "type": row.run_failure.kind}).text = text
         elif row.failures:
             counts["failures"] += 1
             ET.SubElement(case, "failure", {"message": f"{len(row.failures)} tensor(s) wrong", "type": "findings"}).text = _failure_text(row.failures)

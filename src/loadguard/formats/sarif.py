@@ -1,5 +1,5 @@
 """SARIF 2.1.0 (what code-scanning tabs read): one rule per kind of finding (check / status), one result per failing
-tensor at the line of code behind it, ``partialFingerprints`` stable across runs and machines; models that could not be
+tensor at the line of code behind it (and one for what a run of the model did wrong: ``compare``, ``trace``), ``partialFingerprints`` stable across runs and machines; models that could not be
 checked are the invocation's error notifications."""
 
 from __future__ import annotations
@@ -31,14 +31,27 @@ STATUS_TEXT = {
     "on_meta": "is still on the meta device",
     "overwritten": "was overwritten after loading",
 }
+RUN_HELP = {
+    "raised": ("the loaded model raised where its reference runs", "The model as from_pretrained left it raises in this "
+               "module, and the same model built eagerly from its code and checkpoint does not: the tensors the load left "
+               "wrong there are the cause. Repair them (loadguard audit --repair) or rebuild them in _init_weights."),
+    "differ": ("the loaded model's outputs differ from its reference's", "Greedy generation with the model as "
+               "from_pretrained left it differs from the same model built eagerly: the tensors the load left wrong are "
+               "named with it."),
+    "non_finite": ("NaN/Inf first came out of this module", "One forward pass of the loaded model produced NaN/Inf first "
+                   "in this module: the non-finite tensors in it or around it are the likely origin."),
+}
 
 
 def _rule(check: str, status: str) -> dict[str, Any]:
     help_text = CHECK_HELP.get(check, "A tensor is not what the model's code and checkpoint define.")
+    short = f"{check.replace('_', ' ')}: a tensor {STATUS_TEXT.get(status, status)}"
+    if check in ("compare", "trace") and status in RUN_HELP:
+        short, help_text = f"{check}: {RUN_HELP[status][0]}", RUN_HELP[status][1]
     return {
         "id": f"{check}/{status}",
         "name": "".join(part.title() for part in f"{check}_{status}".split("_")),
-        "shortDescription": {"text": f"{check.replace('_', ' ')}: a tensor {STATUS_TEXT.get(status, status)}"},
+        "shortDescription": {"text": short},
         "fullDescription": {"text": help_text},
         "help": {"text": help_text, "markdown": help_text},
         "defaultConfiguration": {"level": "error"},
@@ -50,12 +63,20 @@ def _site_packages() -> str:
     return next((p for p in paths if p and Path(p).is_dir()), "")
 
 
-def _result(row: Row, finding, rule_index: int) -> dict[str, Any]:
+def _problems(row: Row):
+    """``(rule id, text, item)`` for each failing finding of ``row`` and its run failure (``item`` has the location)."""
+    for finding in row.failures:
+        yield f"{finding.check}/{finding.status}", f"{finding.tensor} ({finding.status}): {finding.detail}", finding
+    if row.run_failure is not None:
+        yield f"{row.mode}/{row.run_failure.kind}", row.run_failure.message, row.run_failure
+
+
+def _result(row: Row, rule_id: str, text: str, finding, rule_index: int) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "ruleId": f"{finding.check}/{finding.status}",
+        "ruleId": rule_id,
         "ruleIndex": rule_index,
         "level": "error",
-        "message": {"text": f"{row.model}: {finding.tensor} ({finding.status}): {finding.detail}"},
+        "message": {"text": f"{row.model}: {text}"},
         "partialFingerprints": {"loadguardFinding/v1": row.fingerprint(finding)},
         "properties": {"model": row.model, "modelClass": row.model_class, "tensor": finding.tensor, "mode": row.mode},
     }
@@ -77,10 +98,9 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
     rules: dict[str, int] = {}
     results = []
     for row in rows:
-        for finding in row.failures:
-            rule_id = f"{finding.check}/{finding.status}"
+        for rule_id, text, finding in _problems(row):
             rules.setdefault(rule_id, len(rules))
-            results.append(_result(row, finding, rules[rule_id]))
+            results.append(_result(row, rule_id, text, finding, rules[rule_id]))
     notifications = [
         {"level": "error", "message": {"text": f"{row.model} could not be checked: {row.error}" + (f" Hint: {row.hint}" if row.hint else "")}}
         for row in rows

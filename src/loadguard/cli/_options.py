@@ -1,0 +1,43 @@
+"""Options several commands share and that are not about loading a model: ``--format``, ``--workarounds-from``."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+
+def format_option(*formats: str, help: str | None = None):
+    """``--format``: ``table`` (the default; ``human``, its former name, still accepted) and ``formats``."""
+
+    def as_table(ctx, param, value):
+        return "table" if value == "human" else value
+
+    return click.option("--format", "fmt", type=click.Choice(["table", "human", *formats]), default="table", show_default=True,
+                        callback=as_table, help=help)
+
+
+def workarounds_from_option(expose: bool = False):
+    """``--workarounds-from FILE.py`` (repeatable): workarounds registered outside the package. The files are imported
+    when the command runs, before its body: never for ``--help`` or a usage error (an option that executes code acts
+    only when the command does), and before ``--workaround NAME`` is resolved, so it can name them."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_files(*args, **kwargs):
+            from .. import workarounds as registry
+
+            files = kwargs["workarounds_from"] if expose else kwargs.pop("workarounds_from")
+            for file in files or ():
+                registry.load_file(file)
+            return command(*args, **kwargs)
+
+        return click.option(
+            "--workarounds-from",
+            "workarounds_from",
+            multiple=True,
+            metavar="FILE.py",
+            help="Import a Python file that registers workarounds with @loadguard.workaround (repeatable).",
+        )(with_files)
+
+    return decorate
