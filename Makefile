@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-compat test-newest test-versions api-diff bench bench-large clean
+.PHONY: demo test test-slow test-ray test-compat test-newest test-versions api-diff bench bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -18,6 +18,12 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
+
+# The executor on Ray: a 2-node cluster started on this machine by the tests (and stopped by its process ids).
+# Installs the optional extra loadguard[ray] (pinned in constraints.txt) into .venv first.
+test-ray: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,ray]'
+	$(BIN)/python -m pytest -m ray
 
 # The suite against transformers 4.57 (pre-v5 loading): the failure modes skip, naming the version.
 # The suite on whatever pip resolves today with no constraints (newest torch, transformers, accelerate; a CUDA build

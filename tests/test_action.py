@@ -91,3 +91,24 @@ def test_the_scan_hook_entry_fails_a_broken_model_folder(tmp_path, zoo_folder):
     words = shlex.split(hook["entry"])
     done = subprocess.run([sys.executable, "-m", "loadguard", *words[1:]], cwd=tmp_path / "repo", capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "positions.index" in done.stdout
+
+
+@pytest.mark.slow
+@needs_v5
+def test_pre_commit_installs_the_hook_and_it_fails_a_broken_model_and_passes_a_clean_one(tmp_path, zoo_folder):
+    """`pre-commit try-repo` as a model repository's maintainer runs it: pre-commit builds the hook's own environment
+    (pip, with this project's constraints so torch stays the CPU build) and runs its entry in the repository."""
+    pre_commit = shutil.which("pre-commit", path=str(Path(sys.executable).parent))
+    if pre_commit is None:
+        pytest.skip("pre-commit is not installed here: pip install -c constraints.txt -e '.[test]'")
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache"), "PIP_CONSTRAINT": str(ROOT / "constraints.txt")}
+    for name, expected, shown in (("np_buffer", 1, "positions.index"), ("clean", 0, "Passed")):
+        repo = tmp_path / name
+        shutil.copytree(zoo_folder(name), repo)
+        for weights in repo.glob("*.safetensors"):  # the scan hook reads no weight: a repository without them
+            weights.unlink()
+        for command in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "model"]):
+            subprocess.run(["git", *command], cwd=repo, check=True, capture_output=True)
+        done = subprocess.run([pre_commit, "try-repo", str(ROOT), "loadguard-scan", "--all-files"], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == expected and shown in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]

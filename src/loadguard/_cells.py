@@ -60,7 +60,7 @@ def main() -> None:
     import loadguard.cli.scan  # noqa: F401
     import loadguard.scan  # noqa: F401
 
-    print(json.dumps({"ready": transformers.__version__}), flush=True)
+    print(json.dumps({"ready": transformers.__version__, "torch": torch.__version__}), flush=True)
     for line in sys.stdin:
         if line.strip():
             print(json.dumps(_run(json.loads(line))), flush=True)

@@ -149,3 +149,7 @@ class ScanError(LoadguardError):
 class ModelRunError(LoadguardError):
     """The model's own code raises on the same inputs in the reference too (built eagerly, every tensor as its code
     and checkpoint define it): the failure is not the load's, so loadguard cannot attribute it."""
+
+
+class ExecutorError(LoadguardError):
+    """The executor a command was told to use cannot run it: Ray not installed, no cluster at the address given."""

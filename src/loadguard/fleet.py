@@ -86,26 +86,33 @@ def _row(target: str, outcome, timeout: float | None) -> dict:
     return {"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": [], "error_kind": kind}
 
 
-def scan_fleet(
-    targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None, on_done=None, on_row=None
-) -> list[dict]:
-    """Each target in a child forked for it alone from this process, which imports torch, transformers and loadguard
-    once (:mod:`loadguard._forks`), ``jobs`` at a time; a child that hangs past ``timeout``, grows past ``limit`` bytes
-    or dies is a row saying so. Where fork is not available: fresh interpreters. Results in the order of ``targets``;
-    ``on_row(index, row)`` gets each row as it finishes (to stream them), ``on_done(index, outcome)`` each outcome."""
-    from . import _forks
+def _prepare() -> None:
+    """Before the children are forked (here, or on a Ray worker): torch, transformers and the scan imported once."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers  # noqa: F401
+    from transformers import PreTrainedModel  # noqa: F401
 
-    if not _forks.available():
+    from . import scan as _scan_module  # noqa: F401
+
+
+def scan_fleet(
+    targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None, on_done=None, on_row=None,
+    executor=None,
+) -> list[dict]:
+    """Each target in a child forked for it alone from a process that imports torch, transformers and loadguard once
+    (:mod:`loadguard._forks`; on a Ray worker with ``executor`` ray), ``jobs`` at a time; a child that hangs past
+    ``timeout``, grows past ``limit`` bytes or dies is a row saying so. Where fork is not available: fresh interpreters.
+    Results in the order of ``targets``; ``on_row(index, row)`` gets each row as it finishes (to stream them),
+    ``on_done(index, outcome)`` each outcome."""
+    from . import _forks
+    from .executors import resolve
+
+    if executor is None and not _forks.available():
         rows = scan_fleet_spawned(targets, options, jobs)
         for index, row in enumerate(rows):
             if on_row:
                 on_row(index, row)
         return rows
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import transformers  # noqa: F401  (imported once, here, before any fork)
-    from transformers import PreTrainedModel  # noqa: F401
-
-    from . import scan as _scan_module  # noqa: F401
 
     def finished(index: int, outcome) -> None:
         if on_row:
@@ -113,7 +120,8 @@ def scan_fleet(
         if on_done:
             on_done(index, outcome)
 
-    outcomes = _forks.run(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit, on_done=finished)
+    outcomes = resolve(executor).map(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit,
+                                     on_done=finished, prepare=_prepare)
     return [_row(target, outcome, timeout) for target, outcome in zip(targets, outcomes)]
 
 
@@ -139,16 +147,18 @@ def scan_many(
     jobs: int = 1,
     timeout: float | None = DEFAULT_TIMEOUT,
     memory_limit: int | None = None,
+    executor: str | None = None,
     **from_pretrained: Any,
 ) -> list[Row]:
     """Scan every model folder or Hub id in ``targets`` (as ``loadguard scan``), each in a child process of its own;
     one :class:`loadguard.formats.Row` per target, in order: its predicted findings, or why it could not be scanned
-    (``row.error``, ``row.hint``). ``memory_limit``: bytes one model's scan may add (None: no limit)."""
+    (``row.error``, ``row.hint``). ``memory_limit``: bytes one model's scan may add (None: no limit). ``executor``:
+    ``"local"`` (the default) or ``"ray[:ADDRESS]"`` (:func:`loadguard.executors.resolve`)."""
     options = {
         "placement": dict(from_pretrained), "trust_remote_code": trust_remote_code, "auto_class": auto_class, "dtype": dtype,
         "keys": keys, "workarounds": list(workarounds), "workaround_files": [],
     }
-    return [Row.from_scan(row) for row in scan_fleet(list(targets), options, jobs, timeout, memory_limit)]
+    return [Row.from_scan(row) for row in scan_fleet(list(targets), options, jobs, timeout, memory_limit, executor=executor)]
 
 
 __all__ = ["DEFAULT_TIMEOUT", "scan_fleet", "scan_many"]

@@ -14,12 +14,12 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import envs
@@ -38,6 +38,8 @@ class Cell:
     error: str = ""
     hint: str = ""
     seconds: float = 0.0
+    ran_with: dict = field(default_factory=dict)
+    """What the cell's worker really imported: ``{"transformers": ..., "torch": ...}`` (empty when it did not run)."""
 
     @property
     def failures(self) -> list[str]:
@@ -72,6 +74,7 @@ class Cell:
             "error": self.error or None,
             "hint": self.hint or None,
             "seconds": round(self.seconds, 2),
+            "ran_with": self.ran_with or None,
         }
 
 
@@ -146,6 +149,10 @@ class _Worker:
             env=child_env,
         )
         ready = self.process.stdout.readline()
+        self.versions = {"transformers": "", "torch": ""}
+        if ready.strip():
+            announced = json.loads(ready)
+            self.versions = {"transformers": announced.get("ready", ""), "torch": announced.get("torch", "")}
         if not ready.strip():
             self._stderr.seek(0)
             lines = [line for line in self._stderr.read().splitlines() if line.strip()]
@@ -215,7 +222,7 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
         for model, options in cells:
             start = time.perf_counter()
             result = worker.run(_arguments(model, full, options), limits)
-            out.append(_cell(model, environment.version, full, result, time.perf_counter() - start))
+            out.append(dataclasses.replace(_cell(model, environment.version, full, result, time.perf_counter() - start), ran_with=worker.versions))
     finally:
         worker.close()
     return out
@@ -233,28 +240,49 @@ def matrix(
     keys: str = "auto",
     jobs: int = 1,
     limits: dict | None = None,
+    executor=None,
 ) -> Matrix:
     """Every model under every version (``loadguard.matrix(...)``; ``loadguard matrix`` on the command line):
     environments created (or reused) first, then each environment's cells through its worker, ``jobs`` environments
-    at a time. The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
+    at a time, on ``executor`` (``"local"``, the default, or ``"ray[:ADDRESS]"``: each node builds an environment once
+    per version and reuses it). The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
+    from .executors import resolve, split
+
     start = time.perf_counter()
-    environments = [envs.environment(v) for v in versions]
-    built = time.perf_counter() - start
     per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
-    start = time.perf_counter()
-    checks: dict = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # the work is in subprocesses: threads only wait
-        results = list(pool.map(lambda e: _run_in(e, [(m, per_model[m]) for m in models], full, checks, limits), environments))
-    by_pair = {(c.model, c.transformers): c for cells in results for c in cells}
-    cells = [by_pair[(m, e.version)] for m in models for e in environments]
+    runner = resolve(executor)
+    chunks = split(list(models), max(1, runner.slots(jobs) // max(1, len(versions))))
+    items = [(v, [(m, per_model[m]) for m in chunk], full, limits) for v in versions for chunk in chunks]
+    outcomes = runner.map(_environment_cells, items, jobs=jobs)
+    by_pair, environments, checks = {}, {}, {}
+    for (version, cells, _, _), outcome in zip(items, outcomes):
+        if outcome.ok:
+            environment, done, check = outcome.value
+        else:  # the item itself did not finish (its process died): every cell of it says why
+            environment = envs.Environment(version, envs.cache_root(), ok=False, reason=outcome.error)
+            done, check = [Cell(m, version, "unavailable", error=outcome.error) for m, _ in cells], None
+        environments.setdefault(version, environment)
+        if check is not None:
+            checks.setdefault(version, check)
+        by_pair.update({(c.model, c.transformers): c for c in done})
+    cells = [by_pair[(m, v)] for m in models for v in versions]
     names = tuple(w for w in workarounds if w != "auto")
     elapsed = time.perf_counter() - start
+    built = sum(e.seconds for e in environments.values() if e.created)
     return Matrix(
-        tuple(models), tuple(versions), tuple(cells), tuple(environments), names, "audit" if full else "scan",
+        tuple(models), tuple(versions), tuple(cells), tuple(environments[v] for v in versions), names, "audit" if full else "scan",
         {"environments": built, "cells": elapsed, "per_cell": elapsed / max(1, len(cells))},
         {v: checks[v] for v in versions if v in checks},
     )
 
+
+def _environment_cells(item) -> tuple[envs.Environment, list[Cell], dict | None]:
+    """One executor item: a version's environment (created once per machine, under its lock, else reused) and the
+    cells of some models in it."""
+    version, cells, full, limits = item
+    environment = envs.environment(version)
+    checks: dict = {}
+    return environment, _run_in(environment, cells, full, checks, limits), checks.get(version)
 
 run = matrix
 """The name :func:`matrix` had before ``loadguard.matrix(...)`` was callable."""

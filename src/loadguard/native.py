@@ -135,23 +135,31 @@ def _scan_in_child(native: NativeClass) -> dict:
     return scan_class(native)
 
 
-def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.0, memory_limit: int | None = None) -> list[dict]:
+def _prepare(natives: list[NativeClass]):
+    def prepare() -> None:
+        import transformers
+
+        from . import scan as _scan_module  # noqa: F401
+
+        for native in natives:  # each class's module imported once, before any fork: a child pays its scan only
+            try:
+                _class(native)
+            except Exception:
+                pass  # the child says why
+        transformers.logging.set_verbosity_error()
+
+    return prepare
+
+
+def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.0, memory_limit: int | None = None, executor=None) -> list[dict]:
     """Every class in a child forked for it alone, ``jobs`` at a time (each stopped past ``timeout`` seconds or
-    ``memory_limit`` bytes added: a row saying so)."""
-    from . import _forks
+    ``memory_limit`` bytes added: a row saying so); ``executor`` where (:func:`loadguard.executors.resolve`)."""
+    from . import scan as _scan_module
+    from .executors import resolve
 
-    import transformers
-
-    from . import scan as _scan_module  # noqa: F401
-
-    for native in natives:  # each class's module imported once, here, before any fork: a child pays its scan only
-        try:
-            _class(native)
-        except Exception:
-            pass  # the child says why
-    transformers.logging.set_verbosity_error()
+    outcomes = resolve(executor).map(_scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit, prepare=_prepare(natives))
     rows = []
-    for native, outcome in zip(natives, _forks.run(_scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit)):
+    for native, outcome in zip(natives, outcomes):
         hint = _scan_module.OVER_MEMORY_HINT if outcome.killed == "memory" else ""
         rows.append(outcome.value if outcome.ok else {"model": native.label, "scanned": False, "error": outcome.error, "hint": hint, "fixes": []})
     return rows

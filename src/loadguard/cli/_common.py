@@ -98,12 +98,14 @@ def stderr() -> Console:
 def report_error(error) -> None:
     """A :class:`loadguard.LoadguardError` as every command ends with one: ``Error:`` and, when there is one, ``Hint:``
     (worded for the CLI) on stderr."""
+    from rich.markup import escape
+
     from ..errors import hint_for
 
-    stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
+    stderr().print(f"[bold red]Error:[/] {escape(error.message)}", highlight=False)  # brackets are text: loadguard[ray]
     hint = hint_for(error, "cli")
     if hint:
-        stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
+        stderr().print(f"[bold]Hint:[/] {escape(hint)}", highlight=False)
 
 
 def note(text: str) -> None:

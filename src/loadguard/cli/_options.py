@@ -41,3 +41,18 @@ def workarounds_from_option(expose: bool = False):
         )(with_files)
 
     return decorate
+
+
+def executor_option(command):
+    """``--executor local|ray[:ADDRESS]``: where a fleet's models (a matrix's cells, a native sweep's classes) run."""
+
+    def resolved(ctx, param, value):
+        from ..executors import resolve
+
+        return resolve(value)
+
+    return click.option(
+        "--executor", default="local", show_default=True, metavar="local|ray[:ADDRESS]", callback=resolved,
+        help="Where each model runs: forked children here, or tasks on a Ray cluster (ray: $RAY_ADDRESS or a new local "
+             "cluster; ray:auto: the one this machine is in; ray:HOST:PORT). The same rows either way. Needs loadguard[ray].",
+    )(command)

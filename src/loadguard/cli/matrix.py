@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ._common import ExitCode, emit, progress, stderr, stdout
-from ._options import format_option, workarounds_from_option
+from ._options import executor_option, format_option, workarounds_from_option
 
 _SPECIFIER = set("<>=!~*")
 
@@ -78,7 +78,8 @@ def _markdown(matrix) -> str:
               help="Seconds one cell may take (it runs in a child process, killed past it; its cell says so).")
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs.")
-def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory):
+@executor_option
+def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory, executor):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
 
     Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
@@ -90,6 +91,9 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
 
     if (native or bisect or diff_versions) and fmt in EMITTED:
         raise InvalidOptionError(f"--format {fmt} is for a matrix's cells", "use human, json or markdown with --native, --bisect or --diff")
+    if (native or bisect) and executor.name != "local":
+        raise InvalidOptionError(f"--executor {executor.name} runs a matrix's cells; --native and --bisect run here",
+                                 "drop --executor, or sweep one version's classes with 'loadguard scan --native --executor ...'")
     if native:
         return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs)
     if not paths:
@@ -130,6 +134,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         result = matrix_module.run(
             list(paths), versions, full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code,
             auto_class=auto_class, keys=keys, jobs=jobs, limits={"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)},
+            executor=executor,
         )
     if diff_versions:
         return _diff(result, *[versions_from(v, 1)[0] for v in diff_versions], fmt)

@@ -17,7 +17,7 @@ import click
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
 from ._common import ExitCode, SCHEMA_VERSION, emit, note, quiet_transformers, stderr, stdout
-from ._options import format_option, workarounds_from_option
+from ._options import executor_option, format_option, workarounds_from_option
 from ._progress import fleet_progress
 
 
@@ -130,7 +130,8 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--resume", "resume_file", default=None, metavar="FILE",
               help="Write each model's row to FILE (JSON Lines) as it finishes; models FILE already holds are not scanned again, "
                    "so an interrupted fleet finishes the rest.")
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file):
+@executor_option
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -142,7 +143,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     from ._common import parse_placement
 
     if native:
-        return _native(paths or from_file, match, tasks, fmt, jobs, timeout, memory_limit(memory, jobs, fleet=True))
+        return _native(paths or from_file, match, tasks, fmt, jobs, timeout, memory_limit(memory, jobs, fleet=True), executor)
     targets = _targets(paths, from_file)
     fleet = len(targets) > 1 or bool(from_file)
     limit = memory_limit(memory, jobs, fleet)
@@ -159,11 +160,11 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     from .. import _forks
 
     if resume_file:
-        rows = _resumed(resume_file, targets, lambda todo, on_row: _run_fleet(todo, options, jobs, timeout, limit, on_row))
+        rows = _resumed(resume_file, targets, lambda todo, on_row: _run_fleet(todo, options, jobs, timeout, limit, on_row, executor))
     elif not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
         rows = [_result(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
-        rows = _run_fleet(targets, options, jobs, timeout, limit)
+        rows = _run_fleet(targets, options, jobs, timeout, limit, executor=executor)
     if baseline_file or write_baseline:
         kept = apply_baseline([Row.from_scan(row) for row in rows], baseline_file, write_baseline)
         if kept is None:
@@ -203,9 +204,9 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     return ExitCode.CLEAN
 
 
-def _run_fleet(targets, options, jobs, timeout, limit, on_row=None) -> list[dict]:
+def _run_fleet(targets, options, jobs, timeout, limit, on_row=None, executor=None) -> list[dict]:
     with fleet_progress(len(targets)) as advance:
-        return scan_fleet(targets, options, jobs, timeout, limit, on_done=advance, on_row=on_row)
+        return scan_fleet(targets, options, jobs, timeout, limit, on_done=advance, on_row=on_row, executor=executor)
 
 
 def _resumed(path: str, targets: list[str], run) -> list[dict]:
@@ -286,7 +287,7 @@ def print_scan(row: dict) -> None:
         out.print(workaround_line(outcome), highlight=False, soft_wrap=True)
 
 
-def _native(extra, match, tasks, fmt, jobs, timeout, limit) -> int:
+def _native(extra, match, tasks, fmt, jobs, timeout, limit, executor=None) -> int:
     """``--native``: every auto-mapped class of the installed transformers, a row each."""
     import time
 
@@ -300,7 +301,7 @@ def _native(extra, match, tasks, fmt, jobs, timeout, limit) -> int:
     if not natives:
         raise InvalidOptionError(f"no auto-mapped class matches {match or tasks!r}", "widen --match / --tasks (globs)")
     start = time.perf_counter()
-    rows = native_module.scan_all(natives, jobs=jobs, timeout=timeout, memory_limit=limit)
+    rows = native_module.scan_all(natives, jobs=jobs, timeout=timeout, memory_limit=limit, executor=executor)
     seconds = time.perf_counter() - start
     scanned = [row for row in rows if row["scanned"]]
     if fmt == "json":
