@@ -302,3 +302,38 @@ def test_loadguard_matrix_is_callable_and_returns_the_matrix_json_prints(monkeyp
     assert [(c.model, c.transformers, c.status) for c in result.cells] == [
         ("a", V4, "clean"), ("a", V5, "findings"), ("b", V4, "clean"), ("b", V5, "findings")]
     assert result.cell("b", V5).failures == ["t"] and json.loads(json.dumps(result.to_dict()))["transformers"] == [V4, V5]
+
+
+def test_an_interrupted_matrix_resumes_with_only_the_cells_it_lacks(monkeypatch, tmp_path, capsys):
+    """Cells stream to the resume file as they finish; run again with it, only the missing cells run (the ones it holds
+    keep what they said: marked here so a rerun would show), a line the interruption cut short is ignored."""
+    from loadguard.cli import main
+
+    ran = tmp_path / "ran.txt"
+    monkeypatch.setattr(envs, "environment", lambda version: envs.Environment(version, envs.cache_root(), ok=True))
+
+    def fake_run_in(environment, cells, full, checks=None, limits=None):  # runs in the executor's forked child
+        with open(ran, "a") as stream:
+            stream.write("".join(f"{m}@{environment.version}\n" for m, _ in cells))
+        return [matrix_module.Cell(m, environment.version, "clean", {"findings": [], "workarounds": []}, ran_with={"transformers": environment.version})
+                for m, _ in cells]
+
+    monkeypatch.setattr(matrix_module, "_run_in", fake_run_in)
+    resume = tmp_path / "cells.jsonl"
+    marked = {"findings": [{"tensor": "from-the-first-run", "status": "uninitialized"}], "workarounds": []}
+    earlier = [matrix_module.Cell(m, V4, "findings", marked).to_dict() for m in ("a", "b")]
+    resume.write_text("".join(json.dumps(c) + "\n" for c in earlier) + '{"model": "a", "transf')
+    with pytest.raises(SystemExit) as info:
+        main(["matrix", "a", "b", "--transformers", f"{V4},{V5}", "--resume", str(resume), "--format", "json"])
+    captured = capsys.readouterr()
+    cells = {(c["model"], c["transformers"]): c for c in json.loads(captured.out)["cells"]}
+    assert sorted(ran.read_text().split()) == [f"a@{V5}", f"b@{V5}"]  # only what the file lacked
+    assert cells[("a", V4)]["verdict"] == "from-the-first-run (uninitialized)" and cells[("a", V5)]["verdict"] == "clean"
+    assert cells[("b", V5)]["ran_with"] == {"transformers": V5} and info.value.code == 1
+    assert "2 of 4 cell(s) already run there, 2 to go" in captured.err
+    rows = [json.loads(line) for line in resume.read_text().splitlines()[:2] + resume.read_text().splitlines()[3:]]
+    assert sorted((r["model"], r["transformers"]) for r in rows) == sorted(cells)  # the new cells were appended
+    ran.unlink()
+    with pytest.raises(SystemExit):
+        main(["matrix", "a", "b", "--transformers", f"{V4},{V5}", "--resume", str(resume), "--format", "json"])
+    assert not ran.exists() and "4 of 4 cell(s) already run there, 0 to go" in capsys.readouterr().err

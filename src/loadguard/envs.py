@@ -14,6 +14,7 @@ A version that cannot be installed here (a dependency with no wheel for this Pyt
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -281,3 +282,42 @@ def _index_versions() -> list[str]:
         f"the package index did not list transformers' versions ({_last_line(result.stderr) or 'no answer'})",
         "give exact versions (--transformers 4.57.6,5.24.0), or check that the package index is reachable",
     )
+
+
+class Worker:
+    """``python -m loadguard._cells`` in one environment: imports torch and transformers once, then runs each
+    cell in a child forked for it alone (see :mod:`loadguard._cells`)."""
+
+    def __init__(self, environment: Environment):
+        import tempfile
+
+        self.environment = environment
+        self._stderr = tempfile.TemporaryFile("w+")
+        # remote code is copied into transformers' modules cache by content hash: two environments loading the same
+        # folder at once (--jobs) raced on one copy (FileNotFoundError on 5.8): each environment gets its own
+        child_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules")}
+        self.process = subprocess.Popen(
+            [str(environment.python), "-m", "loadguard._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            env=child_env,
+        )
+        ready = self.process.stdout.readline()
+        self.versions = {"transformers": "", "torch": ""}
+        if ready.strip():
+            announced = json.loads(ready)
+            self.versions = {"transformers": announced.get("ready", ""), "torch": announced.get("torch", "")}
+        if not ready.strip():
+            self._stderr.seek(0)
+            lines = [line for line in self._stderr.read().splitlines() if line.strip()]
+            raise RuntimeError(lines[-1] if lines else "the cell worker did not start")
+
+    def run(self, arguments: list[str], limits: dict | None = None) -> dict:
+        """One cell; ``limits``: ``{"timeout": seconds, "memory_limit": bytes}`` for the child that runs it."""
+        self.process.stdin.write(json.dumps({"arguments": arguments, **(limits or {})}) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self._stderr.close()

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +61,12 @@ class Cell:
             if outcome["name"] == name:
                 return {"applied": "needed", "needed": "needed", "stale": "stale", "not_applicable": "not applicable"}.get(outcome["status"], outcome["status"])
         return "not applicable"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Cell:
+        """The cell :meth:`to_dict` wrote (``verdict`` is recomputed, not read)."""
+        return cls(data["model"], data["transformers"], data["status"], data.get("report"), data.get("error") or "", data.get("hint") or "",
+                   data.get("seconds", 0.0), data.get("ran_with") or {})
 
     def to_dict(self) -> dict:
         return {
@@ -132,45 +136,6 @@ def applicable(model: str, workarounds: Sequence[str], workaround_files: Sequenc
     return [w for w in workarounds if w == registry.AUTO or registry.get(w).applies(config)]
 
 
-class _Worker:
-    """``python -m loadguard._cells`` in one environment: imports torch and transformers once, then runs each
-    cell in a child forked for it alone (see :mod:`loadguard._cells`)."""
-
-    def __init__(self, environment: envs.Environment):
-        import tempfile
-
-        self.environment = environment
-        self._stderr = tempfile.TemporaryFile("w+")
-        # remote code is copied into transformers' modules cache by content hash: two environments loading the same
-        # folder at once (--jobs) raced on one copy (FileNotFoundError on 5.8): each environment gets its own
-        child_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules")}
-        self.process = subprocess.Popen(
-            [str(environment.python), "-m", "loadguard._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            env=child_env,
-        )
-        ready = self.process.stdout.readline()
-        self.versions = {"transformers": "", "torch": ""}
-        if ready.strip():
-            announced = json.loads(ready)
-            self.versions = {"transformers": announced.get("ready", ""), "torch": announced.get("torch", "")}
-        if not ready.strip():
-            self._stderr.seek(0)
-            lines = [line for line in self._stderr.read().splitlines() if line.strip()]
-            raise RuntimeError(lines[-1] if lines else "the cell worker did not start")
-
-    def run(self, arguments: list[str], limits: dict | None = None) -> dict:
-        """One cell; ``limits``: ``{"timeout": seconds, "memory_limit": bytes}`` for the child that runs it."""
-        self.process.stdin.write(json.dumps({"arguments": arguments, **(limits or {})}) + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
-
-    def close(self) -> None:
-        if self.process.stdin:
-            self.process.stdin.close()
-        self.process.wait(timeout=60)
-        self._stderr.close()
-
-
 def _arguments(model: str, full: bool, options: list[str]) -> list[str]:
     """A cell's command: options first, then ``--`` and the model, so a model path that starts with '-' is a path."""
     if full:
@@ -192,7 +157,7 @@ def _cell(model: str, version: str, full: bool, result: dict, seconds: float) ->
     return Cell(model, version, "error", None, error, hint, seconds)
 
 
-def _selfcheck(worker: _Worker) -> dict:
+def _selfcheck(worker: envs.Worker) -> dict:
     """The scan's self-check in the worker's environment (its record when there is one), summarized."""
     result = worker.run(["selfcheck", "--cached", "--format", "json"])
     try:
@@ -210,7 +175,7 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
     if not environment.ok:
         return [Cell(model, environment.version, "unavailable", error=environment.reason) for model, _ in cells]
     try:
-        worker = _Worker(environment)
+        worker = envs.Worker(environment)
     except RuntimeError as error:
         return [Cell(model, environment.version, "unavailable", error=f"the environment does not start: {error}") for model, _ in cells]
     out = []
@@ -241,36 +206,46 @@ def matrix(
     jobs: int = 1,
     limits: dict | None = None,
     executor=None,
+    done: Sequence[Cell] = (),
+    on_cells=None,
 ) -> Matrix:
     """Every model under every version (``loadguard.matrix(...)``; ``loadguard matrix`` on the command line):
     environments created (or reused) first, then each environment's cells through its worker, ``jobs`` environments
     at a time, on ``executor`` (``"local"``, the default, or ``"ray[:ADDRESS]"``: each node builds an environment once
-    per version and reuses it). The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
+    per version and reuses it). ``done``: cells of an earlier run (``--resume``), not run again; ``on_cells(cells)`` as
+    each group of cells finishes. The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
     from .executors import resolve, split
 
     start = time.perf_counter()
     per_model = {m: _options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
     runner = resolve(executor)
-    chunks = split(list(models), max(1, runner.slots(jobs) // max(1, len(versions))))
-    items = [(v, [(m, per_model[m]) for m in chunk], full, limits) for v in versions for chunk in chunks]
-    outcomes = runner.map(_environment_cells, items, jobs=jobs)
-    by_pair, environments, checks = {}, {}, {}
+    by_pair: dict = {(c.model, c.transformers): c for c in done if c.model in per_model and c.transformers in versions}
+    todo = {v: [m for m in models if (m, v) not in by_pair] for v in versions}
+    slots = max(1, runner.slots(jobs) // max(1, sum(1 for v in versions if todo[v])))
+    items = [(v, [(m, per_model[m]) for m in chunk], full, limits) for v in versions if todo[v] for chunk in split(todo[v], slots)]
+
+    def finished(index: int, outcome) -> None:
+        if on_cells is not None and outcome.ok:
+            on_cells(outcome.value[1])
+
+    outcomes = runner.map(_environment_cells, items, jobs=jobs, on_done=finished)
+    environments, checks = {}, {}
     for (version, cells, _, _), outcome in zip(items, outcomes):
         if outcome.ok:
-            environment, done, check = outcome.value
+            environment, ran, check = outcome.value
         else:  # the item itself did not finish (its process died): every cell of it says why
             environment = envs.Environment(version, envs.cache_root(), ok=False, reason=outcome.error)
-            done, check = [Cell(m, version, "unavailable", error=outcome.error) for m, _ in cells], None
+            ran, check = [Cell(m, version, "unavailable", error=outcome.error) for m, _ in cells], None
         environments.setdefault(version, environment)
         if check is not None:
             checks.setdefault(version, check)
-        by_pair.update({(c.model, c.transformers): c for c in done})
+        by_pair.update({(c.model, c.transformers): c for c in ran})
     cells = [by_pair[(m, v)] for m in models for v in versions]
     names = tuple(w for w in workarounds if w != "auto")
     elapsed = time.perf_counter() - start
     built = sum(e.seconds for e in environments.values() if e.created)
     return Matrix(
-        tuple(models), tuple(versions), tuple(cells), tuple(environments[v] for v in versions), names, "audit" if full else "scan",
+        tuple(models), tuple(versions), tuple(cells), tuple(environments[v] for v in versions if v in environments), names, "audit" if full else "scan",
         {"environments": built, "cells": elapsed, "per_cell": elapsed / max(1, len(cells))},
         {v: checks[v] for v in versions if v in checks},
     )
@@ -297,6 +272,12 @@ class Bisection:
     """The first version whose verdict differs from ``low``'s (None: the same all the way to ``high``)."""
     cells: tuple[Cell, ...]
     candidates: int
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Cell:
+        """The cell :meth:`to_dict` wrote (``verdict`` is recomputed, not read)."""
+        return cls(data["model"], data["transformers"], data["status"], data.get("report"), data.get("error") or "", data.get("hint") or "",
+                   data.get("seconds", 0.0), data.get("ran_with") or {})
 
     def to_dict(self) -> dict:
         return {

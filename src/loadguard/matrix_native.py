@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import envs
-from .matrix import _selfcheck, _Worker
+from .envs import Worker
+from .matrix import _selfcheck
 from .report import failing
 
 
@@ -64,7 +65,7 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
         if not environment.ok:
             errors[version] = f"not installable here: {environment.reason}"
             continue
-        worker = _Worker(environment)
+        worker = Worker(environment)
         try:
             checks[version] = _selfcheck(worker)
             result = worker.run(arguments)

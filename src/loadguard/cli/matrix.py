@@ -79,7 +79,9 @@ def _markdown(matrix) -> str:
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs.")
 @executor_option
-def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory, executor):
+@click.option("--resume", "resume_file", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Append each cell to FILE (JSON Lines) as it finishes; given FILE from an interrupted run, run only the cells it lacks.")
+def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory, executor, resume_file):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
 
     Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
@@ -130,12 +132,13 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     versions = versions_from(transformers_versions, max_versions)
     if not versions:
         raise InvalidOptionError(f"no released transformers version matches {transformers_versions!r}", "widen the specifier")
+    options = dict(full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code, auto_class=auto_class,
+                   keys=keys, jobs=jobs, limits={"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)}, executor=executor)
     with progress(f"Preparing {len(versions)} environment(s) and {len(versions) * len(paths)} cell(s)", after=0.5):
-        result = matrix_module.run(
-            list(paths), versions, full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code,
-            auto_class=auto_class, keys=keys, jobs=jobs, limits={"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)},
-            executor=executor,
-        )
+        if resume_file:
+            result = _resumed_matrix(matrix_module, resume_file, list(paths), versions, options)
+        else:
+            result = matrix_module.run(list(paths), versions, **options)
     if diff_versions:
         return _diff(result, *[versions_from(v, 1)[0] for v in diff_versions], fmt)
     if fmt == "json":
@@ -194,6 +197,19 @@ def cell_rows(result) -> list:
             row = Row.from_scan({**cell.report, "model": cell.model, "scanned": True})
         rows.append(dataclasses.replace(row, model=label))
     return rows
+
+
+def _resumed_matrix(matrix_module, path: str, models: list[str], versions: list[str], options: dict):
+    """``--resume FILE``: the cells FILE holds are not run again; each new one is appended as its group finishes."""
+    from ._resume import appending, read
+
+    def key_of(row: dict):
+        return (row.get("model"), row.get("transformers")) if "status" in row and "verdict" in row else None
+
+    done = read(path, [(m, v) for m in models for v in versions], key_of, what="cell(s) already run")
+    with appending(path) as write:
+        return matrix_module.run(models, versions, done=[matrix_module.Cell.from_dict(row) for row in done.values()],
+                                 on_cells=lambda cells: [write(cell.to_dict()) for cell in cells], **options)
 
 
 def _diff(result, before: str, after: str, fmt: str) -> int:

@@ -16,7 +16,8 @@ import click
 
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
-from ._common import ExitCode, SCHEMA_VERSION, emit, note, quiet_transformers, stderr, stdout
+from ._common import ExitCode, SCHEMA_VERSION, emit, quiet_transformers, stderr, stdout
+from ._resume import resumed
 from ._options import executor_option, format_option, workarounds_from_option
 from ._progress import fleet_progress
 
@@ -160,7 +161,11 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     from .. import _forks
 
     if resume_file:
-        rows = _resumed(resume_file, targets, lambda todo, on_row: _run_fleet(todo, options, jobs, timeout, limit, on_row, executor))
+        def run(todo, write):
+            return dict(zip(todo, _run_fleet(todo, options, jobs, timeout, limit, lambda index, row: write(row), executor)))
+
+        rows = resumed(resume_file, targets, lambda row: row["model"] if isinstance(row.get("model"), str) and "scanned" in row else None, run,
+                       what="model(s) already scanned")
     elif not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
         rows = [_result(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
@@ -207,46 +212,6 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
 def _run_fleet(targets, options, jobs, timeout, limit, on_row=None, executor=None) -> list[dict]:
     with fleet_progress(len(targets)) as advance:
         return scan_fleet(targets, options, jobs, timeout, limit, on_done=advance, on_row=on_row, executor=executor)
-
-
-def _resumed(path: str, targets: list[str], run) -> list[dict]:
-    """``--resume FILE``: the rows FILE holds (one JSON object a line; a line cut short by an interruption is ignored)
-    for the targets it has, ``run`` for the others, each new row appended to FILE as it finishes."""
-    from ..errors import InvalidOptionError
-
-    done: dict[str, dict] = {}
-    try:
-        with open(path, encoding="utf-8") as stream:
-            for line in stream:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("model"), str) and "scanned" in row:
-                    done[row["model"]] = row
-    except FileNotFoundError:
-        pass
-    except OSError as error:
-        raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can read and append to") from None
-    todo = [target for target in targets if target not in done]
-    if done:
-        note(f"resuming from {path}: {len(targets) - len(todo)} of {len(targets)} model(s) already scanned there, {len(todo)} to go")
-    fresh: dict[str, dict] = {}
-    if todo:
-        try:
-            stream = open(path, "a", encoding="utf-8")
-        except OSError as error:
-            raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can append to") from None
-        with stream:
-            if stream.tell() and not Path(path).read_bytes().endswith(b"\n"):
-                stream.write("\n")  # after a line an interruption cut short: the next row starts a line of its own
-
-            def on_row(index: int, row: dict) -> None:
-                stream.write(json.dumps(row) + "\n")
-                stream.flush()
-
-            fresh = dict(zip(todo, run(todo, on_row)))
-    return [done.get(target) or fresh[target] for target in targets]
 
 
 def json_row(row: dict, timings: bool = False) -> dict:

@@ -1,0 +1,71 @@
+"""``--resume FILE``: results stream to FILE (JSON Lines) as they finish; a run given the same FILE again skips what it
+holds. Shared by ``scan`` (a row per model) and ``matrix`` (a row per cell)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+
+from ._common import note
+
+
+def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], *, what: str) -> dict:
+    """The rows FILE holds for ``keys``, by key (``key_of`` a row's key, None for a line that is not a row; a line an
+    interruption cut short is ignored); says how many are there and how many to go."""
+    from ..errors import InvalidOptionError
+
+    wanted, done = set(keys), {}
+    try:
+        with open(path, encoding="utf-8") as stream:
+            for line in stream:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                key = key_of(row) if isinstance(row, dict) else None
+                if key is not None and key in wanted:
+                    done[key] = row
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can read and append to") from None
+    if done:
+        note(f"resuming from {path}: {len(done)} of {len(wanted)} {what} there, {len(wanted) - len(done)} to go")
+    return done
+
+
+@contextlib.contextmanager
+def appending(path: str):
+    """``write(row)``: one JSON line appended to FILE and flushed, so an interruption loses at most the line it cuts."""
+    from ..errors import InvalidOptionError
+
+    try:
+        stream = open(path, "a", encoding="utf-8")
+    except OSError as error:
+        raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can append to") from None
+    with stream:
+        if stream.tell() and not Path(path).read_bytes().endswith(b"\n"):
+            stream.write("\n")  # after a line an interruption cut short: the next row starts a line of its own
+
+        def write(row: dict) -> None:
+            stream.write(json.dumps(row) + "\n")
+            stream.flush()
+
+        yield write
+
+
+def resumed(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], run, *, what: str) -> list[dict]:
+    """:func:`read`, then ``run(todo, write)`` for the keys FILE lacks, which calls ``write(row)`` as each finishes and
+    returns ``{key: row}``. Rows in the order of ``keys``."""
+    done = read(path, keys, key_of, what=what)
+    todo = [key for key in keys if key not in done]
+    fresh: dict = {}
+    if todo:
+        with appending(path) as write:
+            fresh = run(todo, write)
+    return [done.get(key) or fresh[key] for key in keys]
+
+
+__all__ = ["appending", "read", "resumed"]
