@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-ray test-compat test-newest test-versions api-diff bench bench-large clean
+.PHONY: demo test test-slow test-ray bench-ray test-compat test-newest test-versions api-diff bench bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -64,6 +64,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_scan.py
 	$(BIN)/python benchmarks/bench_plugin.py
 	$(BIN)/python benchmarks/bench_formats.py
+
+# The local and the Ray executor side by side (fleet and matrix; needs the package index for the matrix environments)
+bench-ray: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,ray]'
+	$(BIN)/python benchmarks/bench_executors.py
 	$(BIN)/python benchmarks/bench_matrix.py
 
 # torchao (a quantized load in the suite) goes to a folder of its own: installed in the environment, transformers

@@ -4,7 +4,7 @@ same 2 cores), each as a fresh ``loadguard`` process; then a 2-version matrix on
 cost per model and per cell (a run of N minus a run of 1, over N-1), the ratio Ray/local, whether the rows were equal,
 and the environment build cost (into an empty cache) that a projection to more nodes needs.
 
-    python benchmarks/bench_executors.py [--models 24] [--cells-models 6] [--versions 4.57.6,5.25.0]
+    python benchmarks/bench_executors.py [--models 24] [--cells-models 12] [--versions 4.57.6,5.25.0]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", type=int, default=24)
-    parser.add_argument("--cells-models", type=int, default=6)
+    parser.add_argument("--cells-models", type=int, default=12)
     parser.add_argument("--versions", default="4.57.6,5.25.0")
     arguments = parser.parse_args()
     names = [entry.name for entry in zoo.entries()]
@@ -100,15 +100,17 @@ def main() -> None:
             built = json.loads(out)["seconds"]["environments"]
             print(f"\nmatrix: {len(cells_models)} models x {len(versions)} versions ({', '.join(versions)})")
             print(f"environments built into an empty cache: {built:.1f} s of build time over {len(versions)} versions (whole cold run {wall_cold:.1f} s)")
-            print(f"{'executor':<9} {'wall s':>8} {'per cell s':>11} {'vs local':>9}")
+            print(f"{'executor':<9} {'1 model s':>10} {'N models s':>11} {'per cell s':>11} {'vs local':>9}")
             base = None
             outputs = {}
+            one_model = ["matrix", cells_models[0], *matrix[1 + len(cells_models):]]
             for label, extra in (("local", ["--jobs", "2"]), ("ray", ["--executor", f"ray:{address}"])):
+                wall_one, _ = _run([*one_model, *extra], workdir, {**env, "LOADGUARD_CACHE": str(cold_cache)})
                 wall, out = _run([*matrix, *extra], workdir, {**env, "LOADGUARD_CACHE": str(cold_cache)})
-                per_cell = wall / (len(cells_models) * len(versions))
+                per_cell = (wall - wall_one) / ((len(cells_models) - 1) * len(versions))  # the marginal cell, fixed costs aside
                 base = base or per_cell
                 outputs[label] = [(c["model"], c["transformers"], c["verdict"]) for c in json.loads(out)["cells"]]
-                print(f"{label:<9} {wall:>8.2f} {per_cell:>11.3f} {per_cell / base:>8.2f}x")
+                print(f"{label:<9} {wall_one:>10.2f} {wall:>11.2f} {per_cell:>11.3f} {per_cell / base:>8.2f}x")
             print(f"cells equal: {outputs['local'] == outputs['ray']}")
         finally:
             _stop_cluster(sessions)
