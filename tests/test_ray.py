@@ -168,3 +168,19 @@ def test_a_two_version_matrix_on_the_cluster_and_its_diff(cluster, capsys, zoo_f
                           "--executor", f"ray:{cluster}", "--format", "json")
     changes = {c["model"]: c["change"] for c in json.loads(out)["changes"]}
     assert code == 1 and changes == {broken: "new failure", clean: "unchanged"}, out
+
+
+def _without_timings(value):
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def test_a_native_sweep_on_ray_gives_the_local_rows(cluster, capsys):
+    local = _cli(capsys, "scan", "--native", "--match", "Llama*", "--format", "json")
+    on_ray = _cli(capsys, "scan", "--native", "--match", "Llama*", "--format", "json", "--executor", f"ray:{cluster}")
+    rows = [[_without_timings(json.loads(line)) for line in out.splitlines()] for _, out, _ in (local, on_ray)]
+    assert local[0] == on_ray[0] and len(rows[0]) >= 4 and rows[0] == rows[1]
+    assert any(row["scanned"] for row in rows[1])
