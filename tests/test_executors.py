@@ -42,14 +42,6 @@ def test_the_local_executor_is_the_fork_pool_with_its_limits():
     assert [o.killed for o in outcomes] == [None, "timeout", "memory"]
 
 
-def test_a_matrix_with_ray_refuses_native_and_bisect(monkeypatch, capsys):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "ray" else real(name, *a))
-    with pytest.raises(SystemExit) as info:
-        main(["matrix", "--native", "--transformers", "5.25.0", "--executor", "ray:auto"])
-    assert info.value.code == 2 and "--native and --bisect run here" in capsys.readouterr().err
-
-
 def test_split_shares_work_evenly_and_keeps_order():
     from loadguard.executors import split
 

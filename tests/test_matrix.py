@@ -27,14 +27,15 @@ def test_specifiers_expand_to_released_versions_spread_evenly(monkeypatch):
         envs.released_versions("five")
 
 
-def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch):
+def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch, tmp_path):
     versions = [V4] + [f"5.{minor}.0" for minor in range(25)]
     monkeypatch.setattr(envs, "released_versions", lambda spec, max_versions=None: list(versions))
     monkeypatch.setattr(envs, "environment", lambda version: envs.Environment(version, envs.cache_root(), ok=version != "5.7.0", reason="no wheel"))
-    ran = []
+    log = tmp_path / "ran.txt"  # each cell runs in a child of the executor: it says what ran in a file
 
-    def fake_run_in(environment, cells, full, checks=None):
-        ran.append(environment.version)
+    def fake_run_in(environment, cells, full, checks=None, limits=None):
+        with open(log, "a") as stream:
+            stream.write(environment.version + "\n")
         if not environment.ok:
             return [matrix_module.Cell(cells[0][0], environment.version, "unavailable", error=environment.reason)]
         broken = environment.version != V4 and int(environment.version.split(".")[1]) >= 9
@@ -43,9 +44,10 @@ def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch):
 
     monkeypatch.setattr(matrix_module, "_run_in", fake_run_in)
     result = matrix_module.bisect("m", V4, "5.24.0")  # a made-up history
+    ran = log.read_text().split()
     assert result.first_changed == "5.9.0" and result.candidates == 26
     assert len(ran) <= 2 + 6 and len(set(ran)) == len(ran)  # about log2(26) cells, none twice
-    monkeypatch.setattr(matrix_module, "_run_in", lambda environment, cells, full, checks=None: [matrix_module.Cell("m", environment.version, "clean", {"findings": []})])
+    monkeypatch.setattr(matrix_module, "_run_in", lambda environment, cells, full, checks=None, limits=None: [matrix_module.Cell("m", environment.version, "clean", {"findings": []})])
     assert matrix_module.bisect("m", V4, "5.24.0").first_changed is None
 
 

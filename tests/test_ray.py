@@ -184,3 +184,13 @@ def test_a_native_sweep_on_ray_gives_the_local_rows(cluster, capsys):
     rows = [[_without_timings(json.loads(line)) for line in out.splitlines()] for _, out, _ in (local, on_ray)]
     assert local[0] == on_ray[0] and len(rows[0]) >= 4 and rows[0] == rows[1]
     assert any(row["scanned"] for row in rows[1])
+
+
+def test_a_bisect_step_and_a_native_matrix_run_as_tasks(cluster, capsys, zoo_folder):
+    broken = str(zoo_folder("np_buffer"))
+    code, out, err = _cli(capsys, "matrix", broken, "--bisect", "4.57.6", "5.0.0", "--trust-remote-code", "--executor", f"ray:{cluster}", "--format", "json")
+    assert json.loads(out)["bisections"][0]["first_changed"] == "5.0.0", err
+    code, out, err = _cli(capsys, "matrix", "--native", "--transformers", "4.57.6,5.25.0", "--match", "LlamaForCausalLM", "--executor", f"ray:{cluster}",
+                          "--format", "json")
+    document = json.loads(out)
+    assert document["transformers"] == ["4.57.6", "5.25.0"] and not document["errors"], err

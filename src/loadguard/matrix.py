@@ -290,10 +290,12 @@ class Bisection:
         }
 
 
-def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequence[str] = ()) -> Bisection:
+def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequence[str] = (), executor=None) -> Bisection:
     """The first released version between ``low`` and ``high`` at which ``model``'s verdict changes, in
-    about log2(n) cells (each version's environment built on demand)."""
+    about log2(n) cells (each version's environment built on demand, where ``executor`` runs the cell)."""
     from packaging.version import Version
+
+    from .executors import resolve
 
     versions = envs.released_versions(f">={low},<={high}")
     if Version(low) not in map(Version, versions) or Version(high) not in map(Version, versions):
@@ -303,9 +305,12 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
     versions = [v for v in versions if Version(low) <= Version(v) <= Version(high)]
     seen: dict[str, Cell] = {}
 
+    runner = resolve(executor)
+
     def cell(version: str) -> Cell:
         if version not in seen:
-            seen[version] = _run_in(envs.environment(version), [(model, list(options))], full)[0]
+            outcome = runner.map(_environment_cells, [(version, [(model, list(options))], full, None)])[0]
+            seen[version] = outcome.value[1][0] if outcome.ok else Cell(model, version, "unavailable", error=outcome.error)
         return seen[version]
 
     candidates = len(versions)

@@ -50,8 +50,38 @@ class NativeDiff:
         }
 
 
-def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None = None, jobs: int = 1, timeout: float = 300.0) -> NativeDiff:
-    """Every auto-mapped class of each version, scanned there; the verdicts side by side."""
+def _native_in(item) -> tuple[str | None, list[dict], float, dict | None]:
+    """One executor item: a version's classes scanned in its environment (``error`` when none could be)."""
+    version, arguments = item
+    start = time.perf_counter()
+    environment = envs.environment(version)
+    if not environment.ok:
+        return f"not installable here: {environment.reason}", [], 0.0, None
+    worker = Worker(environment)
+    try:
+        check = _selfcheck(worker)
+        result = worker.run(arguments)
+    finally:
+        worker.close()
+    rows = []
+    for line in result["stdout"].splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    error = None
+    if not rows:
+        lines = [line for line in result["stderr"].splitlines() if line.strip()]
+        error = lines[-1] if lines else f"exit {result['returncode']}"
+    return error, rows, time.perf_counter() - start, check
+
+
+def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None = None, jobs: int = 1, timeout: float = 300.0,
+        executor=None) -> NativeDiff:
+    """Every auto-mapped class of each version, scanned there (a version an item of ``executor``, one at a time; its
+    classes ``jobs`` at a time); the verdicts side by side."""
+    from .executors import resolve
+
     arguments = ["scan", "--native", "--format", "json", "--jobs", str(jobs), "--timeout", str(timeout)]
     arguments += ["--match", match] if match else []
     arguments += ["--tasks", tasks] if tasks else []
@@ -59,30 +89,17 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
     errors: dict[str, str] = {}
     seconds: dict[str, float] = {}
     checks: dict[str, dict] = {}
-    for version in versions:
-        start = time.perf_counter()
-        environment = envs.environment(version)
-        if not environment.ok:
-            errors[version] = f"not installable here: {environment.reason}"
-            continue
-        worker = Worker(environment)
-        try:
-            checks[version] = _selfcheck(worker)
-            result = worker.run(arguments)
-        finally:
-            worker.close()
-        rows = []
-        for line in result["stdout"].splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue
-        if not rows:
-            lines = [line for line in result["stderr"].splitlines() if line.strip()]
-            errors[version] = lines[-1] if lines else f"exit {result['returncode']}"
+    outcomes = resolve(executor).map(_native_in, [(version, arguments) for version in versions])
+    for version, outcome in zip(versions, outcomes):
+        error, rows, took, check = outcome.value if outcome.ok else (f"its run did not finish: {outcome.error}", [], 0.0, None)
+        if check is not None:
+            checks[version] = check
+        if error:
+            errors[version] = error
         for row in rows:
             verdicts.setdefault(row["model"], {})[version] = verdict(row)
-        seconds[version] = time.perf_counter() - start
+        if took:
+            seconds[version] = took
     return NativeDiff(tuple(versions), verdicts, errors, seconds, checks)
 
 

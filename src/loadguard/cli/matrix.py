@@ -93,11 +93,8 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
 
     if (native or bisect or diff_versions) and fmt in EMITTED:
         raise InvalidOptionError(f"--format {fmt} is for a matrix's cells", "use human, json or markdown with --native, --bisect or --diff")
-    if (native or bisect) and executor.name != "local":
-        raise InvalidOptionError(f"--executor {executor.name} runs a matrix's cells; --native and --bisect run here",
-                                 "drop --executor, or sweep one version's classes with 'loadguard scan --native --executor ...'")
     if native:
-        return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs)
+        return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor)
     if not paths:
         raise InvalidOptionError("no model given", "pass model folders or Hub ids")
     files = [str(Path(f).resolve()) for f in workarounds_from]
@@ -106,7 +103,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         results = []
         for model in paths:
             with progress(f"Bisecting {model} between transformers {bisect[0]} and {bisect[1]}", after=0.5):
-                results.append(matrix_module.bisect(model, bisect[0], bisect[1], full=full, options=options))
+                results.append(matrix_module.bisect(model, bisect[0], bisect[1], full=full, options=options, executor=executor))
         if fmt == "json":
             emit(json.dumps({"bisections": [r.to_dict() for r in results]}, indent=2))
         else:
@@ -237,7 +234,7 @@ def _diff(result, before: str, after: str, fmt: str) -> int:
     return ExitCode.FINDINGS if worse else ExitCode.CLEAN
 
 
-def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs) -> int:
+def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor=None) -> int:
     from .. import matrix_native
     from ..errors import InvalidOptionError
 
@@ -247,7 +244,7 @@ def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs)
         raise InvalidOptionError("which releases? none given", "pass --transformers A,B")
     versions = versions_from(transformers_versions, max_versions)
     with progress(f"Scanning every auto-mapped class under {len(versions)} transformers release(s)", after=0.5):
-        diff = matrix_native.run(versions, match=match, tasks=tasks, jobs=jobs)
+        diff = matrix_native.run(versions, match=match, tasks=tasks, jobs=jobs, executor=executor)
     if fmt == "json":
         emit(json.dumps(diff.to_dict(), indent=2))
     elif fmt == "markdown":
