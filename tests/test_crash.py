@@ -9,11 +9,10 @@ import torch
 from torch import nn
 
 from loadguard import zoo
-from loadguard.cli import main
 from loadguard.report import Finding
 from loadguard.runner.crash import Crash, guarded, locate, nearest
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
 
@@ -80,13 +79,6 @@ def test_nearest_prefers_the_module_then_what_encloses_it_then_anything():
     assert nearest(findings, "d") == (findings[:3], "elsewhere")
     assert nearest(findings, "") == (findings[:3], "in")
     assert nearest((), "a") == ((), "elsewhere")
-
-
-def _cli(capsys, *args):
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err
 
 
 BROKEN_FINITE = {"overwritten", "sharded"}  # wrong but finite: trace looks for NaN/Inf and may find none

@@ -11,21 +11,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from loadguard.cli import main
 from loadguard.formats import Row, render
 from loadguard.report import Finding
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
-
-
-def _cli(capsys, *args):
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err
 
 
 def _copy(zoo_folder, name, target: Path) -> str:

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from loadguard.cli import main
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: make test-ray installs it")
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")]
@@ -77,13 +76,6 @@ def cluster():
                 time.sleep(0.2)
         assert not _sessions_processes(sessions)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def _cli(capsys, *args):
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err
 
 
 def test_two_nodes(cluster):

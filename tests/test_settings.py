@@ -8,10 +8,9 @@ import json
 import pytest
 
 from loadguard._settings import load
-from loadguard.cli import main
 from loadguard.errors import InvalidOptionError
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
 
 pytest_plugins = ["pytester"]
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
@@ -20,13 +19,6 @@ needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VER
 def _project(folder, text: str):
     (folder / "pyproject.toml").write_text(text)
     return folder
-
-
-def _cli(capsys, *args):
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err
 
 
 def test_the_nearest_table_is_read_and_checked(tmp_path):
