@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from loadguard.formats import Row, render
+from loadguard.formats import Row, render_rows as render
 from loadguard.report import Finding
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
@@ -245,3 +245,23 @@ def test_table_is_the_default_format_and_human_its_other_name(capsys, zoo_folder
     assert outputs[0][0] == 0 and outputs[0][1] == outputs[1][1] == outputs[2][1] and "non_persistent_buffer" in outputs[0][1]
     code, _, err = _cli(capsys, "audit", folder, "--format", "yaml")
     assert code == 2 and "'table'" in err
+
+
+def test_the_format_is_chosen_in_one_place():
+    """The commands that print findings hand their result to formats.render (through cli._output.write): none of them
+    branches on the format itself."""
+    import re
+
+    cli = Path(__file__).resolve().parent.parent / "src" / "loadguard" / "cli"
+    for name in ("audit", "scan", "matrix", "_matrix_outputs", "compare", "trace", "_reference"):
+        text = (cli / f"{name}.py").read_text()
+        assert not re.search(r"\bfmt\s*(==|!=)|elif fmt\b|if fmt\b", text), name
+        assert "json.dumps" not in text, name  # the JSON emitter (formats/jsondoc) serializes
+
+
+def test_a_native_sweep_in_junit_and_sarif(capsys):
+    code, out, err = _cli(capsys, "scan", "--native", "--match", "LlamaForCausalLM", "--format", "junit")
+    cases = ET.fromstring(out).findall(".//testcase")
+    assert code in (0, 1) and "LlamaForCausalLM (llama)" in [c.get("name") for c in cases], err
+    code, out, _ = _cli(capsys, "scan", "--native", "--match", "LlamaForCausalLM", "--format", "sarif")
+    jsonschema.validate(json.loads(out), SCHEMA)

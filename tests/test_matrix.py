@@ -214,7 +214,8 @@ def test_a_cell_whose_code_sleeps_ends_at_the_timeout(environment_cache, zoo_fol
 
 
 def _finding(tensor: str, status: str = "uninitialized") -> dict:
-    return {"tensor": tensor, "status": status}
+    return {"tensor": tensor, "status": status, "kind": "buffer", "check": "non_persistent_buffer", "dtype": "float32", "shape": [4],
+            "device": "cpu", "detail": f"{tensor} holds leftover memory"}
 
 
 def _synthetic():
@@ -266,6 +267,27 @@ def test_matrix_diff_through_the_cli_in_every_format(monkeypatch, capsys):
     assert [c["change"] for c in document["changes"]][:4] == ["unchanged", "new failure", "fixed", "changed finding"]
     assert "| broke | new failure | clean | pos_embed (uninitialized) |" in outputs["markdown"].out
     assert "3 of 6 model(s) worse under transformers 5.25.0: broke, shifted, crashes" in outputs["human"].err
+
+
+def test_matrix_diff_in_sarif_github_and_junit_fails_only_the_models_that_got_worse(monkeypatch, capsys):
+    import xml.etree.ElementTree as ET
+
+    from loadguard.cli import main
+
+    monkeypatch.setattr(matrix_module, "run", lambda models, versions, **kwargs: _synthetic())
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    outputs = {}
+    for fmt in ("sarif", "github", "junit"):
+        with pytest.raises(SystemExit) as info:
+            main(["matrix", "steady", "broke", "--diff", "5.24.0", "5.25.0", "--format", fmt])
+        outputs[fmt] = capsys.readouterr().out
+        assert info.value.code == 1
+    junit = ET.fromstring(outputs["junit"])
+    failed = sorted(case.get("name").split(":")[0] for case in junit.iter("testcase") if case.find("failure") is not None or case.find("error") is not None)
+    assert failed == ["broke", "crashes", "shifted"] and junit.get("tests") == "6"
+    results = json.loads(outputs["sarif"])["runs"][0]["results"]
+    assert sorted(r["properties"]["tensor"] for r in results) == ["b", "pos_embed"]  # what is wrong under 5.25.0, in the models that got worse
+    assert "broke: new failure under transformers 5.25.0 (was: clean)" in outputs["github"] and "healed" not in outputs["github"]
 
 
 def test_matrix_cells_in_sarif_github_and_junit(monkeypatch, capsys, zoo_folder):

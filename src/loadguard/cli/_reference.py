@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ._common import command_line, emit, progress
+from dataclasses import dataclass
+from typing import Any
+
+from ._common import command_line, progress
 
 
 def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, dtype: str, workarounds):
@@ -47,7 +50,7 @@ def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_co
     return explain(model, path, crash)
 
 
-def run_row(path: str, mode: str, model, *, broken=None, failure=None, findings=()):
+def run_row(path: str, mode: str, model_class: str, *, broken=None, failure=None, findings=()):
     """``compare``'s or ``trace``'s result as a :class:`loadguard.formats.Row` for the machine formats: a crash the
     load broke (``broken``), else what the run did wrong (``failure``, a :class:`~loadguard.formats.RunFailure`), with
     the tensors behind it."""
@@ -57,10 +60,27 @@ def run_row(path: str, mode: str, model, *, broken=None, failure=None, findings=
         crash = broken.crash
         failure = RunFailure("raised", f"the loaded model raised {crash.describe()}; the reference runs the same call", crash.module, crash.location)
         findings = broken.tensors
-    return Row.from_run(str(path), type(model).__name__, mode, findings, failure)
+    return Row.from_run(str(path), model_class, mode, findings, failure)
 
 
-def emit_row(fmt: str, row, command: str) -> None:
-    from ..formats import render
+@dataclass(frozen=True)
+class Crashed:
+    """The loaded model raised where its reference runs (``compare``, ``trace``): ``document`` the command's own JSON
+    keys besides ``crash``, ``hint`` the next step."""
 
-    emit(render(fmt, [row], command=command))
+    command: str
+    path: str
+    model_class: str
+    broken: Any
+    fields: dict
+    hint: str
+
+    def document(self) -> dict:
+        return {**self.fields, "crash": self.broken.to_dict()}
+
+    def rows(self):
+        return [run_row(self.path, self.command, self.model_class, broken=self.broken)]
+
+    def table(self, out, err) -> None:
+        out.print(self.broken.describe(), highlight=False, markup=False)
+        err.print(f"[bold]Hint:[/] {self.hint}", highlight=False)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
+from ..formats import Row
+
 from ._baseline import apply_baseline, baseline_options
 from ._limits import limits_options
-from ._common import ExitCode, SCHEMA_VERSION, emit, load_model, loading_options, stderr, stdout
+from ._common import ExitCode, SCHEMA_VERSION, load_model, loading_options, stderr
+from ._output import write
 from ._options import format_option
 
 
@@ -30,9 +35,7 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     """
     from .. import repair as run_repair
     from .. import workarounds as registry
-    from ..errors import LoadguardError, hint_for
-    from ..formats import EMITTED, Row, render
-    from ..render import next_step, print_report, report_json
+    from ..errors import LoadguardError
 
     try:
         model, early = load_model(
@@ -40,12 +43,7 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
             workarounds=workarounds, strict_stale=strict_stale,
         )
     except LoadguardError as error:  # a machine format still gets its document: this model, not checked, and why
-        if fmt == "json":
-            emit(json.dumps({"schema_version": SCHEMA_VERSION, "model": str(path), "ok": False, "findings": [],
-                             "error": {"kind": type(error).__name__, "message": error.message, "hint": hint_for(error, "cli"),
-                                       "fixes": list(error.fixes)}}, indent=2))
-        elif fmt in EMITTED:
-            emit(render(fmt, [Row.failed(str(path), error.message, hint_for(error, "cli"))], command="audit"))
+        write(fmt, _NotLoaded(str(path), error))
         raise
     # the model as loaded is what the exit code and `ok` describe
     report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
@@ -57,22 +55,67 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     repaired = run_repair(model, current) if do_repair and not current.ok else None
     if reproducer_dir and not report.ok:
         _write_reproducers(report, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
-    if fmt == "json":
-        extra = {"after_workarounds": None if after_workarounds is None else {"ok": after_workarounds.ok, "findings": [f.to_dict() for f in after_workarounds.findings]}}
-        document = json.loads(report_json(report, repaired, schema_version=SCHEMA_VERSION, error=None, **extra))
-        if not timings:
-            document.pop("seconds", None)
-        emit(json.dumps(document, indent=2))
-    elif fmt in EMITTED:
-        emit(render(fmt, [Row.from_report(report, str(path))], command="audit"))
-    else:
-        print_report(stdout(), report, repaired)
-        if after_workarounds is not None:
-            stdout().print("after workarounds: " + ("[bold green]clean[/]" if after_workarounds.ok else "[bold red]still broken[/]"))
-        hint = next_step(current, repaired)
-        if hint:
-            stderr().print(f"[bold]Hint:[/] {hint}", highlight=False)
+    write(fmt, _Audited(str(path), report, repaired, after_workarounds, timings))
     return ExitCode.CLEAN if report.ok else ExitCode.FINDINGS
+
+
+@dataclass(frozen=True)
+class _Audited:
+    """What ``audit`` found, as every format shows it."""
+
+    path: str
+    report: Any
+    repaired: Any
+    after_workarounds: Any
+    timings: bool
+    command = "audit"
+
+    def document(self) -> dict:
+        from ..render import report_json
+
+        after = self.after_workarounds
+        extra = {"after_workarounds": None if after is None else {"ok": after.ok, "findings": [f.to_dict() for f in after.findings]}}
+        document = json.loads(report_json(self.report, self.repaired, schema_version=SCHEMA_VERSION, error=None, **extra))
+        if not self.timings:
+            document.pop("seconds", None)
+        return document
+
+    def rows(self) -> list[Row]:
+        return [Row.from_report(self.report, self.path)]
+
+    def table(self, out, err) -> None:
+        from ..render import next_step, print_report
+
+        print_report(out, self.report, self.repaired)
+        if self.after_workarounds is not None:
+            out.print("after workarounds: " + ("[bold green]clean[/]" if self.after_workarounds.ok else "[bold red]still broken[/]"))
+        hint = next_step(self.after_workarounds or self.report, self.repaired)
+        if hint:
+            err.print(f"[bold]Hint:[/] {hint}", highlight=False)
+
+
+@dataclass(frozen=True)
+class _NotLoaded:
+    """A model ``audit`` could not load: a document and a row saying why (the table has only the Error/Hint lines)."""
+
+    path: str
+    error: Any
+    command = "audit"
+
+    def document(self) -> dict:
+        from ..errors import hint_for
+
+        return {"schema_version": SCHEMA_VERSION, "model": self.path, "ok": False, "findings": [],
+                "error": {"kind": type(self.error).__name__, "message": self.error.message, "hint": hint_for(self.error, "cli"),
+                          "fixes": list(self.error.fixes)}}
+
+    def rows(self) -> list[Row]:
+        from ..errors import hint_for
+
+        return [Row.failed(self.path, self.error.message, hint_for(self.error, "cli"))]
+
+    def table(self, out, err) -> None:
+        pass
 
 
 def _write_reproducers(report, folder, path, auto_class, trust_remote_code, dtype, placement, early) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
 from ._limits import limits_options
-from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
+from ._common import ExitCode, cases_and_runner, command_line, loading_options
+from ._output import write
 from ._options import format_option
-from ._reference import attribute_crash, emit_row, reference_runner, run_row
+from ._reference import Crashed, attribute_crash, reference_runner, run_row
 
 
 @click.command()
@@ -26,7 +28,6 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     then check_logprobs_close. Exit 0 agree, 1 differ (or A raises where B runs), 2 could not run."""
     from .. import audit, repair
     from ..compare import check_logprobs_close
-    from ..formats import EMITTED, RunFailure
     from ..runner.crash import guarded
 
     prompt_list, images, runner = cases_and_runner(
@@ -45,17 +46,13 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     broken = attribute_crash(path, model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
     next_step = command_line("compare", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
     if broken is not None:
-        if fmt in EMITTED:
-            emit_row(fmt, run_row(path, "compare", model, broken=broken), "compare")
-        elif fmt == "json":
-            emit(json.dumps({"model": str(path), "ok": False, "prompts": prompt_list, "crash": broken.to_dict(), "next": next_step}, indent=2))
+        if do_repair:
+            audit_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
+            hint = f"the repair did not fix it: '{audit_line}' says what it could not repair"
         else:
-            stdout().print(broken.describe(), highlight=False, markup=False)
-            if do_repair:
-                audit_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
-                stderr().print(f"[bold]Hint:[/] the repair did not fix it: '{audit_line}' says what it could not repair", highlight=False)
-            else:
-                stderr().print(f"[bold]Hint:[/] '{next_step}' repairs those tensors in memory and compares again", highlight=False)
+            hint = f"'{next_step}' repairs those tensors in memory and compares again"
+        fields = {"model": str(path), "ok": False, "prompts": prompt_list, "next": next_step}
+        write(fmt, Crashed("compare", str(path), type(model).__name__, broken, fields, hint))
         return ExitCode.FINDINGS
     name_a = "from_pretrained" + (" (repaired)" if repaired is not None else "")
     try:
@@ -67,48 +64,75 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     wrong = ()  # outputs differ: what the audit finds wrong in the model that produced them
     if not ok:
         wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, path)).failures
-    if fmt in EMITTED:
-        failure = None if ok else RunFailure("differ", f"greedy outputs differ from the reference's: {failure_text.splitlines()[0]}")
-        emit_row(fmt, run_row(path, "compare", model, failure=failure, findings=wrong), "compare")
-    elif fmt == "json":
-        document = {
-            "model": str(path),
-            "ok": ok,
-            "prompts": prompt_list,
-            "a": [{"ids": ids, "text": text} for ids, text, _ in a],
-            "b": [{"ids": ids, "text": text} for ids, text, _ in b],
-            "failure": failure_text or None,
+    write(fmt, _Compared(str(path), type(model).__name__, prompt_list, images, a, b, name_a, failure_text, tuple(wrong), report, repaired,
+                         tuple(runner.workarounds), next_step))
+    return ExitCode.CLEAN if ok else ExitCode.FINDINGS
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """Both sides ran: their greedy outputs and, when they differ, why and the tensors behind it."""
+
+    path: str
+    model_class: str
+    prompts: list
+    images: Any
+    a: list
+    b: list
+    name_a: str
+    failure_text: str
+    wrong: tuple
+    report: Any
+    repaired: Any
+    workarounds: tuple
+    next_step: str
+    command = "compare"
+
+    def document(self) -> dict:
+        return {
+            "model": self.path,
+            "ok": not self.failure_text,
+            "prompts": self.prompts,
+            "a": [{"ids": ids, "text": text} for ids, text, _ in self.a],
+            "b": [{"ids": ids, "text": text} for ids, text, _ in self.b],
+            "failure": self.failure_text or None,
             "crash": None,
-            "wrong_tensors": [f.to_dict() for f in wrong],
-            "audit": report.to_dict() if report is not None else None,
-            "repair": None if repaired is None else {"repaired": list(repaired.repaired), "ok": repaired.ok},
-            "workarounds": [w.to_dict() for w in runner.workarounds],
+            "wrong_tensors": [f.to_dict() for f in self.wrong],
+            "audit": self.report.to_dict() if self.report is not None else None,
+            "repair": None if self.repaired is None else {"repaired": list(self.repaired.repaired), "ok": self.repaired.ok},
+            "workarounds": [w.to_dict() for w in self.workarounds],
         }
-        emit(json.dumps(document, indent=2))
-    else:
+
+    def rows(self):
+        from ..formats import RunFailure
+
+        failure = RunFailure("differ", f"greedy outputs differ from the reference's: {self.failure_text.splitlines()[0]}") if self.failure_text else None
+        return [run_row(self.path, "compare", self.model_class, failure=failure, findings=self.wrong)]
+
+    def table(self, out, err) -> None:
         from rich.table import Table
 
         table = Table(header_style="bold")
-        for column in ("prompt", f"A: {name_a}", "B: eager", "first divergence"):
+        for column in ("prompt", f"A: {self.name_a}", "B: eager", "first divergence"):
             table.add_column(column, overflow="fold")
-        for prompt, imgs, out_a, out_b in zip(prompt_list, images or [None] * len(prompt_list), a, b):
+        for prompt, imgs, out_a, out_b in zip(self.prompts, self.images or [None] * len(self.prompts), self.a, self.b):
             label = prompt + (f" [{' + '.join(f'{i.width}x{i.height}' for i in imgs)}]" if imgs else "")
             divergence = next((i for i, (x, y) in enumerate(zip(out_a[0], out_b[0])) if x != y), None)
             table.add_row(label, out_a[1], out_b[1], "-" if divergence is None else f"token {divergence}")
-        out = stdout()
         out.print(table)
-        if repaired is not None:
-            out.print(f"repaired before generating: {', '.join(repaired.repaired)}", highlight=False)
-        out.print("agree (check_logprobs_close)" if ok else "[bold red]differ[/]: " + failure_text.splitlines()[0], highlight=False)
-        if not ok:
-            for line in failure_text.splitlines()[1:]:
-                out.print(line, highlight=False, markup=False)
-            if wrong:
-                out.print("the load left these wrong:", highlight=False)
-                for finding in wrong:
-                    out.print(f"  {finding.tensor} ({finding.status}): {finding.detail}", highlight=False, markup=False)
-            else:
-                out.print("the audit finds no wrong tensor: the outputs differ for another reason (dtype, kernels, code the load ran)", highlight=False)
-            if repaired is None:
-                stderr().print(f"[bold]Hint:[/] '{next_step}' repairs them in memory and compares again", highlight=False)
-    return ExitCode.CLEAN if ok else ExitCode.FINDINGS
+        if self.repaired is not None:
+            out.print(f"repaired before generating: {', '.join(self.repaired.repaired)}", highlight=False)
+        if not self.failure_text:
+            out.print("agree (check_logprobs_close)", highlight=False)
+            return
+        out.print("[bold red]differ[/]: " + self.failure_text.splitlines()[0], highlight=False)
+        for line in self.failure_text.splitlines()[1:]:
+            out.print(line, highlight=False, markup=False)
+        if self.wrong:
+            out.print("the load left these wrong:", highlight=False)
+            for finding in self.wrong:
+                out.print(f"  {finding.tensor} ({finding.status}): {finding.detail}", highlight=False, markup=False)
+        else:
+            out.print("the audit finds no wrong tensor: the outputs differ for another reason (dtype, kernels, code the load ran)", highlight=False)
+        if self.repaired is None:
+            err.print(f"[bold]Hint:[/] '{self.next_step}' repairs them in memory and compares again", highlight=False)

@@ -8,15 +8,16 @@ hangs or grows is stopped: ``--jobs`` at a time, ``--timeout`` and ``--memory-li
 
 from __future__ import annotations
 
-import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
-from ._common import ExitCode, SCHEMA_VERSION, emit, quiet_transformers, stderr, stdout
+from ._common import ExitCode, SCHEMA_VERSION, quiet_transformers, stderr, stdout
+from ._output import write
 from ._resume import resumed
 from ._options import executor_option, format_option, workarounds_from_option
 from ._progress import fleet_progress
@@ -138,8 +139,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
     Exit 0: every model predicted clean; 1: findings; 2: none could be scanned; 3: some could not be scanned (partial).
     """
-    from ..formats import EMITTED, Row, render
-    from ..render import print_report
+    from ..formats import Row
 
     from ._common import parse_placement
 
@@ -176,25 +176,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
             return ExitCode.CLEAN
         rows = [{**row, "findings": [f.to_dict() for f in k.findings]} if row["scanned"] else row for row, k in zip(rows, kept)]
     scanned = [row for row in rows if row["scanned"]]
-    if fmt == "json":
-        for row in rows:
-            emit(json.dumps(json_row(row, timings), sort_keys=False))
-    elif fmt == "markdown":
-        emit(_markdown(rows))
-    elif fmt in EMITTED:
-        emit(render(fmt, [Row.from_scan(row) for row in rows], command="scan"))
-    elif len(rows) == 1:
-        if scanned:  # one model that could not be scanned: only the Error/Hint lines below
-            print_scan(rows[0])
-    else:
-        from rich.table import Table
-
-        table = Table(header_style="bold")
-        for column in ("model", "class", "verdict", "what a load gets wrong (predicted)", "workarounds / hint"):
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(row["model"], row.get("model_class", ""), _verdict(row), _tensors(row), _workarounds(row))
-        stdout().print(table)
+    write(fmt, _Scanned(tuple(rows), timings))
     if len(rows) == 1 and not rows[0]["scanned"]:  # one model: the usual Error/Hint, exit 2
         from ..errors import LoadguardError
 
@@ -229,12 +211,12 @@ def json_row(row: dict, timings: bool = False) -> dict:
     return out
 
 
-def print_scan(row: dict) -> None:
+def print_scan(row: dict, out=None) -> None:
     """One model's prediction, as the audit prints its report."""
     from ..render import check_lines, detail_lines, findings_table, workaround_line
     from ..report import Finding
 
-    out = stdout()
+    out = out or stdout()
     findings = [Finding.from_dict(f) for f in row["findings"]]
     failures = [f for f in findings if f.failing]
     verdict = "[bold green]predicted clean[/]" if not failures else f"[bold red]{len(failures)} tensor(s) predicted wrong[/]"
@@ -269,25 +251,77 @@ def _native(extra, match, tasks, fmt, jobs, timeout, limit, executor=None) -> in
     rows = native_module.scan_all(natives, jobs=jobs, timeout=timeout, memory_limit=limit, executor=executor)
     seconds = time.perf_counter() - start
     scanned = [row for row in rows if row["scanned"]]
-    if fmt == "json":
-        for row in rows:
-            emit(json.dumps(row, sort_keys=False))
-    elif fmt == "markdown":
-        emit(native_module.markdown(rows))
-    else:
-        from rich.table import Table
-
-        table = Table(header_style="bold", title="transformers' own classes, scanned weightless")
-        for column in ("class", "verdict", "what a load gets wrong (predicted)"):
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            if row["scanned"] and _verdict(row) == "clean":
-                continue
-            table.add_row(row["model"], _verdict(row), _tensors(row))
-        stdout().print(table)
+    write(fmt, _Swept(tuple(rows)))
     clean = sum(1 for row in scanned if _verdict(row) == "clean")
     stderr().print(f"{len(rows)} classes in {seconds:.0f} s: {clean} clean, {len(scanned) - clean} with findings, {len(rows) - len(scanned)} could not be built", highlight=False)
     if not scanned:
         return ExitCode.COULD_NOT_RUN
     return ExitCode.CLEAN if clean == len(rows) else ExitCode.FINDINGS
 
+
+
+@dataclass(frozen=True)
+class _Scanned:
+    """A scan's rows (one model or a fleet), as every format shows them."""
+
+    rows_: tuple[dict, ...]
+    timings: bool
+    command = "scan"
+
+    def document(self) -> list[dict]:
+        return [json_row(row, self.timings) for row in self.rows_]
+
+    def markdown(self) -> str:
+        return _markdown(list(self.rows_))
+
+    def rows(self):
+        from ..formats import Row
+
+        return [Row.from_scan(row) for row in self.rows_]
+
+    def table(self, out, err) -> None:
+        if len(self.rows_) == 1:
+            if self.rows_[0]["scanned"]:  # one model that could not be scanned: only the Error/Hint lines the command raises
+                print_scan(self.rows_[0], out)
+            return
+        from rich.table import Table
+
+        table = Table(header_style="bold")
+        for column in ("model", "class", "verdict", "what a load gets wrong (predicted)", "workarounds / hint"):
+            table.add_column(column, overflow="fold")
+        for row in self.rows_:
+            table.add_row(row["model"], row.get("model_class", ""), _verdict(row), _tensors(row), _workarounds(row))
+        out.print(table)
+
+
+@dataclass(frozen=True)
+class _Swept:
+    """``--native``: a row per transformers class (the table lists those not clean)."""
+
+    rows_: tuple[dict, ...]
+    command = "scan"
+
+    def document(self) -> list[dict]:
+        return list(self.rows_)
+
+    def markdown(self) -> str:
+        from .. import native as native_module
+
+        return native_module.markdown(list(self.rows_))
+
+    def rows(self):
+        from ..formats import Row
+
+        return [Row.from_scan(row) for row in self.rows_]
+
+    def table(self, out, err) -> None:
+        from rich.table import Table
+
+        table = Table(header_style="bold", title="transformers' own classes, scanned weightless")
+        for column in ("class", "verdict", "what a load gets wrong (predicted)"):
+            table.add_column(column, overflow="fold")
+        for row in self.rows_:
+            if row["scanned"] and _verdict(row) == "clean":
+                continue
+            table.add_row(row["model"], _verdict(row), _tensors(row))
+        out.print(table)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
 from ._limits import limits_options
-from ._common import ExitCode, cases_and_runner, command_line, emit, loading_options, stderr, stdout
+from ._common import ExitCode, cases_and_runner, command_line, loading_options
+from ._output import write
 from ._options import format_option
-from ._reference import attribute_crash, emit_row, reference_runner, run_row
+from ._reference import Crashed, attribute_crash, reference_runner, run_row
 
 
 @click.command()
@@ -21,7 +23,6 @@ from ._reference import attribute_crash, emit_row, reference_runner, run_row
 def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompt, image_paths, fmt):
     """Report the first module whose output holds NaN/Inf, its non-finite inputs and the tensors behind it.
     Exit 0 finite, 1 non-finite found (or the loaded model raises where the reference runs), 2 could not run."""
-    from ..formats import EMITTED
     from ..runner.crash import guarded
     from ..runner.trace import trace as run_trace
 
@@ -37,21 +38,31 @@ def trace(path, trust_remote_code, auto_class, dtype, device, poison, workaround
         _, reference_crash = guarded(twin.model, lambda: twin.generate_greedy(prompts[:1], 1, images=step_images))
         broken = attribute_crash(path, runner.model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
         repair_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
-        if fmt in EMITTED:
-            emit_row(fmt, run_row(path, "trace", runner.model, broken=broken), "trace")
-        elif fmt == "json":
-            emit(json.dumps({"model": str(path), "prompt": prompts[0], "finite": None, "crash": broken.to_dict(), "next": repair_line}, indent=2))
-        else:
-            stdout().print(broken.describe(), highlight=False, markup=False)
-            stderr().print(f"[bold]Hint:[/] '{repair_line}' shows whether those tensors can be repaired in memory", highlight=False)
+        fields = {"model": str(path), "prompt": prompts[0], "finite": None, "next": repair_line}
+        write(fmt, Crashed("trace", str(path), type(runner.model).__name__, broken, fields,
+                           f"'{repair_line}' shows whether those tensors can be repaired in memory"))
         return ExitCode.FINDINGS
-    if fmt in EMITTED:
-        emit_row(fmt, run_row(path, "trace", runner.model, failure=_non_finite(runner.model, result)), "trace")
-    elif fmt == "json":
-        emit(json.dumps({"model": str(path), "prompt": prompts[0], **result.to_dict(), "crash": None}, indent=2))
-    else:
-        stdout().print(result.describe(), highlight=False)
+    write(fmt, _Traced(str(path), type(runner.model).__name__, prompts[0], result, _non_finite(runner.model, result)))
     return ExitCode.CLEAN if result.finite else ExitCode.FINDINGS
+
+
+@dataclass(frozen=True)
+class _Traced:
+    path: str
+    model_class: str
+    prompt: str
+    result: Any
+    failure: Any
+    command = "trace"
+
+    def document(self) -> dict:
+        return {"model": self.path, "prompt": self.prompt, **self.result.to_dict(), "crash": None}
+
+    def rows(self):
+        return [run_row(self.path, "trace", self.model_class, failure=self.failure)]
+
+    def table(self, out, err) -> None:
+        out.print(self.result.describe(), highlight=False)
 
 
 def _non_finite(model, result):
