@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-FORMATS = ("human", "json", "markdown", "sarif", "github", "junit")
+FORMATS = ("table", "json", "markdown", "sarif", "github", "junit")
 
 
 def main() -> None:
