@@ -29,7 +29,7 @@ def _run(arguments: list[str], workdir: str, env: dict) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
-def _start_cluster(temp: str) -> tuple[str, list[int], float]:
+def _start_cluster(temp: str, env: dict) -> tuple[str, list[int], float]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -37,7 +37,7 @@ def _start_cluster(temp: str) -> tuple[str, list[int], float]:
     sessions, start = [], time.perf_counter()
     for command in ([ray, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
                     [ray, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--disable-usage-stats"]):
-        started = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         sessions.append(started.pid)
         if started.wait(timeout=120) != 0:
             raise SystemExit(f"{' '.join(command)} failed")
@@ -68,7 +68,8 @@ def main() -> None:
     parser.add_argument("--versions", default="4.57.6,5.25.0")
     arguments = parser.parse_args()
     names = [entry.name for entry in zoo.entries()]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    # a cluster of its own, without the token a local ray.init() elsewhere may have left in ~/.ray
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     with tempfile.TemporaryDirectory(prefix="lgbench") as workdir:
         folders = [str(zoo.build(names[i % len(names)], Path(workdir, f"m{i:03d}"))) for i in range(arguments.models)]
@@ -76,7 +77,7 @@ def main() -> None:
         every.write_text("".join(f"{f}\n" for f in folders))
         one.write_text(f"{folders[0]}\n")
         scan = ["scan", "--trust-remote-code", "--workaround", "auto", "--format", "json", "--timeout", "600"]
-        address, sessions, cluster_seconds = _start_cluster(tempfile.mkdtemp(prefix="lgb", dir="/tmp"))
+        address, sessions, cluster_seconds = _start_cluster(tempfile.mkdtemp(prefix="lgb", dir="/tmp"), env)
         try:
             results = {}
             for label, extra in (("local", ["--jobs", "2"]), ("ray", ["--executor", f"ray:{address}"])):

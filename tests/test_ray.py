@@ -46,8 +46,11 @@ def cluster():
         port = probe.getsockname()[1]
     temp = tempfile.mkdtemp(prefix="lgray", dir="/tmp")  # short: Ray's socket paths must fit in 107 characters
     ray_bin = str(Path(sys.executable).parent / "ray")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    # a cluster of its own: no token from ~/.ray (a local `ray.init()` elsewhere leaves one there), the driver likewise
+    settings = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("RAY_ADDRESS", None)
     commands = [
         [ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", '--resources={"head": 1}', "--include-dashboard=false",
@@ -74,6 +77,11 @@ def cluster():
             deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 15)
             while _sessions_processes(sessions) and time.monotonic() < deadline:
                 time.sleep(0.2)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         assert not _sessions_processes(sessions)
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -93,6 +101,7 @@ def test_a_fleet_on_ray_gives_the_local_rows_and_exit_code(cluster, capsys, zoo_
     on_ray = _cli(capsys, "scan", "--from", str(listing), "--trust-remote-code", "--format", "json", "--executor", f"ray:{cluster}")
     assert local[0] == on_ray[0] == 1
     assert local[1] == on_ray[1]  # the same JSON rows, byte for byte (no timings without --timings)
+    assert "Connecting to existing Ray cluster" not in on_ray[2] and "Token authentication" not in on_ray[2]  # Ray's log lines kept back
     assert [json.loads(line)["ok"] for line in on_ray[1].splitlines()] == [False, True, False, False]
 
 

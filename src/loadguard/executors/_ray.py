@@ -5,6 +5,7 @@ never shares a process with the next. Imported only when chosen; Ray is the opti
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from typing import Any
 
@@ -53,8 +54,9 @@ class RayExecutor:
 
         if not ray.is_initialized():
             try:
-                ray.init(address=self.address, log_to_driver=False, include_dashboard=False, configure_logging=False,
-                         ignore_reinit_error=True)
+                # Ray's own log lines (how it connected, its token mode) off stderr: only errors, as loadguard's
+                ray.init(address=self.address, log_to_driver=False, include_dashboard=False, configure_logging=True,
+                         logging_level=logging.ERROR, ignore_reinit_error=True)
             except (ConnectionError, RuntimeError, ValueError) as error:
                 where = self.address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
                 raise ExecutorError(f"could not start or reach the Ray cluster ({where}): {error}",
