@@ -290,9 +290,10 @@ class Bisection:
         }
 
 
-def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequence[str] = (), executor=None) -> Bisection:
+def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequence[str] = (), executor=None, limits: dict | None = None) -> Bisection:
     """The first released version between ``low`` and ``high`` at which ``model``'s verdict changes, in
-    about log2(n) cells (each version's environment built on demand, where ``executor`` runs the cell)."""
+    about log2(n) cells (each version's environment built on demand, where ``executor`` runs the cell; ``limits`` for
+    each, as :func:`matrix`'s)."""
     from packaging.version import Version
 
     from .executors import resolve
@@ -309,7 +310,7 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
 
     def cell(version: str) -> Cell:
         if version not in seen:
-            outcome = runner.map(_environment_cells, [(version, [(model, list(options))], full, None)])[0]
+            outcome = runner.map(_environment_cells, [(version, [(model, list(options))], full, limits)])[0]
             seen[version] = outcome.value[1][0] if outcome.ok else Cell(model, version, "unavailable", error=outcome.error)
         return seen[version]
 

@@ -77,12 +77,12 @@ def _native_in(item) -> tuple[str | None, list[dict], float, dict | None]:
 
 
 def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None = None, jobs: int = 1, timeout: float = 300.0,
-        executor=None) -> NativeDiff:
+        memory_limit: str = "auto", executor=None) -> NativeDiff:
     """Every auto-mapped class of each version, scanned there (a version an item of ``executor``, one at a time; its
     classes ``jobs`` at a time); the verdicts side by side."""
     from .executors import resolve
 
-    arguments = ["scan", "--native", "--format", "json", "--jobs", str(jobs), "--timeout", str(timeout)]
+    arguments = ["scan", "--native", "--format", "json", "--jobs", str(jobs), "--timeout", str(timeout), "--memory-limit", memory_limit]
     arguments += ["--match", match] if match else []
     arguments += ["--tasks", tasks] if tasks else []
     verdicts: dict[str, dict[str, str]] = {}

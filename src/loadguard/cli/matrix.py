@@ -66,17 +66,19 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
 
     if (native or bisect) and fmt in EMITTED:
         raise InvalidOptionError(f"--format {fmt} is for a matrix's cells and its --diff", "use table, json or markdown with --native or --bisect")
-    if native:
-        return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor)
+    if native:  # a class's scan keeps its own default (300 s) unless --timeout is given
+        given = click.get_current_context().get_parameter_source("timeout") is not click.core.ParameterSource.DEFAULT
+        return _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor, timeout if given else 300.0, memory)
     if not paths:
         raise InvalidOptionError("no model given", "pass model folders or Hub ids")
     files = [str(Path(f).resolve()) for f in workarounds_from]
+    limits = {"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)}  # for every cell
     if bisect:
         options = matrix_module._options(trust_remote_code, workarounds, files, auto_class, "" if full else keys)
         results = []
         for model in paths:
             with progress(f"Bisecting {model} between transformers {bisect[0]} and {bisect[1]}", after=0.5):
-                results.append(matrix_module.bisect(model, bisect[0], bisect[1], full=full, options=options, executor=executor))
+                results.append(matrix_module.bisect(model, bisect[0], bisect[1], full=full, options=options, executor=executor, limits=limits))
         write(fmt, Bisections(tuple(results)))
         changed = any(r.first_changed for r in results)
         return ExitCode.FINDINGS if changed else ExitCode.CLEAN
@@ -90,7 +92,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     if not versions:
         raise InvalidOptionError(f"no released transformers version matches {transformers_versions!r}", "widen the specifier")
     options = dict(full=full, workarounds=list(workarounds), workaround_files=files, trust_remote_code=trust_remote_code, auto_class=auto_class,
-                   keys=keys, jobs=jobs, limits={"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)}, executor=executor)
+                   keys=keys, jobs=jobs, limits=limits, executor=executor)
     with progress(f"Preparing {len(versions)} environment(s) and {len(versions) * len(paths)} cell(s)", after=0.5):
         if resume_file:
             result = _resumed_matrix(matrix_module, resume_file, list(paths), versions, options)
@@ -131,7 +133,7 @@ def _diff(result, before: str, after: str, fmt: str) -> int:
     return ExitCode.FINDINGS if worse else ExitCode.CLEAN
 
 
-def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor=None) -> int:
+def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor=None, timeout=300.0, memory="auto") -> int:
     from .. import matrix_native
     from ..errors import InvalidOptionError
 
@@ -141,7 +143,7 @@ def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs,
         raise InvalidOptionError("which releases? none given", "pass --transformers A,B")
     versions = versions_from(transformers_versions, max_versions)
     with progress(f"Scanning every auto-mapped class under {len(versions)} transformers release(s)", after=0.5):
-        diff = matrix_native.run(versions, match=match, tasks=tasks, jobs=jobs, executor=executor)
+        diff = matrix_native.run(versions, match=match, tasks=tasks, jobs=jobs, timeout=timeout, memory_limit=memory, executor=executor)
     write(fmt, NativeChanges(diff))
     for version, why in diff.errors.items():
         stderr().print(f"transformers {version}: {why}", highlight=False)
