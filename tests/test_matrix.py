@@ -361,3 +361,33 @@ def test_an_interrupted_matrix_resumes_with_only_the_cells_it_lacks(monkeypatch,
     with pytest.raises(SystemExit):
         main(["matrix", "a", "b", "--transformers", f"{V4},{V5}", "--resume", str(resume), "--format", "json"])
     assert not ran.exists() and "4 of 4 cell(s) already run there, 0 to go" in capsys.readouterr().err
+
+
+def test_the_limits_the_user_sets_hold_for_bisect_steps_and_native_sweeps(monkeypatch, tmp_path, capsys):
+    from loadguard import matrix_native
+    from loadguard.cli import main
+    from loadguard.cli.scan import memory_limit
+
+    versions = [V4, "5.0.0"]
+    monkeypatch.setattr(envs, "released_versions", lambda spec, max_versions=None: list(versions))
+    monkeypatch.setattr(envs, "environment", lambda version: envs.Environment(version, envs.cache_root(), ok=True))
+    log = tmp_path / "limits.jsonl"
+
+    def fake_run_in(environment, cells, full, checks=None, limits=None):  # in the executor's child: it writes what it got
+        with open(log, "a") as stream:
+            stream.write(json.dumps(limits) + "\n")
+        return [matrix_module.Cell(cells[0][0], environment.version, "clean", {"findings": [], "workarounds": []})]
+
+    monkeypatch.setattr(matrix_module, "_run_in", fake_run_in)
+    with pytest.raises(SystemExit):
+        main(["matrix", "m", "--bisect", V4, "5.0.0", "--timeout", "7", "--memory-limit", "1GB"])
+    expected = {"timeout": 7.0, "memory_limit": memory_limit("1GB", 1, fleet=True)}
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [expected, expected]
+
+    asked = []
+    monkeypatch.setattr(matrix_native, "run", lambda versions, **kwargs: asked.append(kwargs) or matrix_native.NativeDiff(tuple(versions), {}, {}, {}, {}))
+    for extra, timeout in ((["--timeout", "42", "--memory-limit", "2GB"], 42.0), ([], 300.0)):
+        with pytest.raises(SystemExit):
+            main(["matrix", "--native", "--transformers", f"{V4},{V5}", *extra])
+        assert asked[-1]["timeout"] == timeout and asked[-1]["memory_limit"] == ("2GB" if extra else "auto")
+    capsys.readouterr()
