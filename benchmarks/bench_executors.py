@@ -91,7 +91,8 @@ def main() -> None:
                 marginal = (wall_all - wall_one) / max(1, len(folders) - 1)
                 base = base or marginal
                 print(f"{label:<9} {wall_one:>10.2f} {wall_all:>11.2f} {marginal:>12.3f} {marginal / base:>8.2f}x")
-            print(f"rows equal: {results['local'][2] == results['ray'][2]}")
+            rows = results["local"][2]
+            print(f"rows equal: {bool(rows) and rows == results['ray'][2]} ({len(rows)} rows)")  # two empty outputs are not equal rows
 
             versions = arguments.versions.split(",")
             cells_models = folders[: arguments.cells_models]
@@ -112,7 +113,7 @@ def main() -> None:
                 base = base or per_cell
                 outputs[label] = [(c["model"], c["transformers"], c["verdict"]) for c in json.loads(out)["cells"]]
                 print(f"{label:<9} {wall_one:>10.2f} {wall:>11.2f} {per_cell:>11.3f} {per_cell / base:>8.2f}x")
-            print(f"cells equal: {outputs['local'] == outputs['ray']}")
+            print(f"cells equal: {bool(outputs['local']) and outputs['local'] == outputs['ray']} ({len(outputs['local'])} cells)")
         finally:
             _stop_cluster(sessions)
 

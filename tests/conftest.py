@@ -124,3 +124,14 @@ def run_cli(capsys, *args):
         main(list(args))
     captured = capsys.readouterr()
     return info.value.code, captured.out, captured.err
+
+
+def chained(outer: BaseException, cause: BaseException) -> BaseException:
+    """``outer`` raised ``from cause`` and caught: its ``__cause__`` and traceback set, as a real failure's are."""
+    try:
+        try:
+            raise cause
+        except type(cause) as inner:
+            raise outer from inner
+    except type(outer) as error:
+        return error

@@ -14,7 +14,7 @@ import pytest
 from loadguard.formats import Row, render_rows as render
 from loadguard.report import Finding
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION, chained, run_cli as _cli
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
@@ -181,13 +181,8 @@ def test_offline_is_told_apart_from_missing(capsys):
     from loadguard._hf import hub_failure
     from loadguard.errors import HubUnreachableError, ModelNotFoundError
 
-    try:
-        try:
-            raise ConnectionError("[Errno -2] Name or service not known")
-        except ConnectionError as cause:
-            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files") from cause
-    except OSError as error:
-        offline = hub_failure("org/model", error, offline=False)
+    error = chained(OSError("We couldn't connect to 'https://huggingface.co' to load the files"), ConnectionError("[Errno -2] Name or service not known"))
+    offline = hub_failure("org/model", error, offline=False)
     assert isinstance(offline, HubUnreachableError) and "offline (the Hugging Face Hub cannot be reached from here)" in offline.message
     missing = hub_failure("org/model", RuntimeError("404 Client Error. Repository Not Found for url"), offline=False)
     assert type(missing) is ModelNotFoundError and "no such model on the Hugging Face Hub" in missing.message and "HF_TOKEN" in missing.hint

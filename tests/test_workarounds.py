@@ -17,7 +17,7 @@ from loadguard.compare import check_logprobs_close, check_outputs_equal
 from loadguard.errors import RemoteCodeImportError, StaleWorkaroundError, WorkaroundError
 from loadguard.runner import HfRunner, default_cases
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, load
+from .conftest import IS_V5, TRANSFORMERS_VERSION, chained, load
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not need these workarounds")
 IMPORT = list(zoo.get("minicpmv_like").workarounds)  # what MiniCPM-V-2.6-era code needs to import and construct
@@ -110,13 +110,8 @@ def test_each_failure_signature_names_exactly_its_workaround(name):
 
 
 def test_a_match_is_found_through_the_exception_chain():
-    try:
-        try:
-            raise NameError("name 'Optional' is not defined")
-        except NameError as inner:
-            raise RuntimeError("while importing the model") from inner
-    except RuntimeError as outer:
-        assert [w.name for w in registry.matching(outer)] == ["remote-code-typing-aliases"]
+    outer = chained(RuntimeError("while importing the model"), NameError("name 'Optional' is not defined"))
+    assert [w.name for w in registry.matching(outer)] == ["remote-code-typing-aliases"]
     assert registry.matching(KeyError("typo")) == [] and registry.matching(NameError("name 'foo' is not defined")) == []
 
 

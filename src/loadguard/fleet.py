@@ -114,15 +114,18 @@ def scan_fleet(
                 on_row(index, row)
         return rows
 
+    rows: dict[int, dict] = {}
+
     def finished(index: int, outcome) -> None:
+        rows[index] = _row(targets[index], outcome, timeout)  # once, as it finishes: streamed, then returned
         if on_row:
-            on_row(index, _row(targets[index], outcome, timeout))
+            on_row(index, rows[index])
         if on_done:
             on_done(index, outcome)
 
-    outcomes = resolve(executor).map(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit,
-                                     on_done=finished, prepare=_prepare)
-    return [_row(target, outcome, timeout) for target, outcome in zip(targets, outcomes)]
+    resolve(executor).map(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit,
+                          on_done=finished, prepare=_prepare)
+    return [rows[index] for index in range(len(targets))]
 
 
 def scan_fleet_spawned(targets: list[str], options: dict, jobs: int) -> list[dict]:
