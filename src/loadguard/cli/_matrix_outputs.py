@@ -36,22 +36,20 @@ def _markdown(matrix) -> str:
     return "\n".join(lines)
 
 
-def cell_rows(result) -> list:
-    """Every cell as a :class:`loadguard.formats.Row`, named ``MODEL @ transformers VERSION`` (its folder kept, so
-    locations resolve)."""
+def cell_row(cell, label: str):
+    """One cell as a :class:`loadguard.formats.Row` named ``label`` (its folder kept, so locations resolve)."""
     from ..formats import Row
 
-    rows = []
-    for cell in result.cells:
-        label = f"{cell.model} @ transformers {cell.transformers}"
-        if cell.report is None:
-            row = Row.failed(cell.model, f"transformers {cell.transformers}: {cell.error}", cell.hint or None, "matrix")
-        else:
-            row = Row.from_scan({**cell.report, "model": cell.model, "scanned": True})
-        rows.append(dataclasses.replace(row, model=label))
-    return rows
+    if cell.report is None:
+        row = Row.failed(cell.model, f"transformers {cell.transformers}: {cell.error}", cell.hint or None, "matrix")
+    else:
+        row = Row.from_scan({**cell.report, "model": cell.model, "scanned": True})
+    return dataclasses.replace(row, model=label)
 
 
+def cell_rows(result) -> list:
+    """Every cell as a :class:`loadguard.formats.Row`, named ``MODEL @ transformers VERSION``."""
+    return [cell_row(cell, f"{cell.model} @ transformers {cell.transformers}") for cell in result.cells]
 
 
 def _environment_lines(result) -> list[str]:
@@ -128,12 +126,11 @@ class Changes:
     def rows(self) -> list:
         from ..formats import Row
 
-        by_model = {row.model.rsplit(" @ transformers ", 1)[0]: row for row in cell_rows(self.result) if row.model.endswith(f" @ transformers {self.after}")}
         out = []
         for change in self.changes:
-            row = by_model[change.model]
             label = f"{change.model}: {change.change} under transformers {self.after} (was: {change.before})"
-            out.append(dataclasses.replace(row, model=label) if change.worse else Row(label, row.model_class, "matrix", row.folder))
+            row = cell_row(self.result.cell(change.model, self.after), label)
+            out.append(row if change.worse else Row(label, row.model_class, "matrix", row.folder))
         return out
 
     def table(self, out, err) -> None:
