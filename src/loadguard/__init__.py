@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 # pytest plugin, which every pytest run in an environment with loadguard loads) costs no torch import.
 _EXPORTS = {
     "audit": "audit",
+    "fix": "fix",
+    "FixResult": "fix",
     "BrokenModelError": "errors",
     "LoadguardError": "errors",
     "LoadguardWarning": "load",
@@ -51,6 +53,7 @@ _SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "formats", "
 
 if TYPE_CHECKING:
     from .audit import audit
+    from .fix import FixResult, fix
     from .errors import BrokenModelError, LoadguardError
     from .load import LoadguardWarning, load
     from .poison import poison
@@ -97,6 +100,7 @@ __all__ = [
     "BrokenModelError",
     "CheckSummary",
     "Finding",
+    "FixResult",
     "LoadguardError",
     "LoadguardWarning",
     "RepairResult",
@@ -105,6 +109,7 @@ __all__ = [
     "WorkaroundOutcome",
     "Unrepaired",
     "audit",
+    "fix",
     "load",
     "poison",
     "repair",

@@ -28,6 +28,7 @@ class _LazyGroup(click.Group):
         "trace": ("trace", "trace"),
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
+        "fix": ("fix", "fix"),
         "matrix": ("matrix", "matrix"),
         "repeat": ("repeat", "repeat"),
         "scan": ("scan", "scan"),

@@ -65,6 +65,11 @@ class Workaround:
     native: Callable[[], bool] | None = None
     """``before_import``: whether the running transformers / torch has what the workaround gives back (then it
     does nothing, and is ``stale`` for the models that use that thing)."""
+    source_fix: Callable[[dict[str, str], dict, Any], tuple[dict[str, str], str]] | str | None = None
+    """The edit of the model's own files this workaround stands for (``loadguard fix``): ``(sources, config, model) ->
+    (changed sources, what it did)`` over the folder's ``*.py`` files and ``config.json`` by name (``model``: the model
+    as the load built it, for what only it knows); or a sentence saying why there is none (the model needs no edit on
+    transformers 5, or only a person can make it)."""
     touches: Callable[[list[str]], bool] | None = None
     """``before_import``: whether a model's code (the sources of its ``*.py`` files) uses what the workaround gives
     back: with ``native``, what tells ``stale`` (this model needed it; this transformers has it again) from
@@ -148,6 +153,7 @@ def workaround(
     fixes: Sequence[tuple[str, str] | Signature] = (),
     native: Callable[[], bool] | None = None,
     touches: str | Callable[[list[str]], bool] | None = None,
+    source_fix: Callable[[dict[str, str], dict, Any], tuple[dict[str, str], str]] | str | None = None,
 ):
     """Register the decorated function as workaround ``name`` (see the module docstring for stages).
 
@@ -157,6 +163,7 @@ def workaround(
     name it in their hint, and ``workarounds="auto"`` applies it when the load fails that way.
     ``native`` (``before_import``): ``() -> bool``, whether the running transformers / torch has what it gives
     back; ``touches``: a regular expression (or ``sources -> bool``) saying whether a model's code uses that thing.
+    ``source_fix``: the edit of the model's files it stands for (see :attr:`Workaround.source_fix`), or why none.
     With both, a load it changed nothing in is ``stale`` when the model uses the thing and the running versions
     have it again, ``not_applicable`` otherwise; without them, ``stale``.
 
@@ -183,7 +190,7 @@ def workaround(
         source = _source.get() or f"module {getattr(fn, '__module__', '?')}"
         REGISTRY[name] = Workaround(
             name, stage, fn, applies_to if callable(applies_to) else tuple(applies_to), reason, upstream, targets, needed, signatures, source,
-            native, touches,
+            native, source_fix=source_fix, touches=touches,
         )
         return fn
 

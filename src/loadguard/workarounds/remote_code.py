@@ -44,6 +44,19 @@ def _leaked_names_or_none(source: str) -> set[str]:
         return set()
 
 
+def _python(sources: dict[str, str]) -> dict[str, str]:
+    return {name: text for name, text in sources.items() if name.endswith(".py")}
+
+
+def typing_imports(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
+    """The source fix of ``remote-code-typing-aliases``: each file imports the typing names it uses."""
+    from .._codemod_write import ensure_imports
+
+    changed = {name: ensure_imports(text, [f"from typing import {', '.join(sorted(leaked))}"])
+               for name, text in _python(sources).items() if (leaked := _leaked_names_or_none(text))}
+    return changed, "imports the typing names (List, Optional, ...) it used without importing: current torch no longer leaks them through `from torch.nn.functional import *`"
+
+
 @workaround(
     "remote-code-typing-aliases",
     applies_to=has_remote_code,
@@ -54,6 +67,7 @@ def _leaked_names_or_none(source: str) -> set[str]:
     fixes=[("NameError", r"name '(" + "|".join(TYPING_ALIASES) + r")' is not defined")],
     native=lambda: all(hasattr(__import__("torch.nn.functional", fromlist=["*"]), name) for name in TYPING_ALIASES),
     touches=lambda sources: any(_leaked_names_or_none(source) for source in sources),
+    source_fix=typing_imports,
 )
 @contextlib.contextmanager
 def typing_aliases(path, config: dict) -> Iterator[Usage]:
@@ -104,6 +118,74 @@ def _v4_tied_weights(source: str) -> bool:
     return "PreTrainedModel" in source and "post_init(" not in source
 
 
+def _class_sources(sources: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{class name: (file, its file's source)}`` for every top-level class of the model's files."""
+    import libcst
+
+    out = {}
+    for name, text in _python(sources).items():
+        for node in libcst.parse_module(text).body:
+            if isinstance(node, libcst.ClassDef):
+                out.setdefault(node.name.value, (name, text))
+    return out
+
+
+def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | None:
+    """The model class whose ``__init__`` (the one that runs for ``cls``) should end with ``self.post_init()``: None when
+    one that runs already calls it."""
+    from .._codemod_write import method_calls
+
+    first = None
+    for klass in cls.__mro__:
+        if klass.__name__ not in classes:
+            break
+        calls = method_calls(classes[klass.__name__][1], klass.__name__, "__init__")
+        if calls is None:
+            continue
+        first = first or klass.__name__
+        if "self.post_init" in calls:
+            return None
+        if "super().__init__" not in calls:
+            break
+    return first
+
+
+def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
+    """The source fix of ``v4-tied-weights-keys``: a v4 ``_tied_weights_keys`` list becomes transformers 5's mapping
+    ``{tied key: the input embeddings' weight}`` (iterating it gives 4.x the same keys), and a model class whose
+    ``__init__`` never calls ``post_init()`` calls it last."""
+    import ast
+
+    from transformers import PreTrainedModel
+
+    from .._codemod import Refused
+    from .._codemod_write import append_to_init, class_assignments, set_class_attribute
+
+    changed = dict(_python(sources))
+    done = []
+    for name, text in list(changed.items()):
+        for cls, value in class_assignments(text, "_tied_weights_keys").items():
+            if not value.lstrip().startswith(("[", "(")):
+                continue
+            instance = next((m for m in model.modules() if type(m).__name__ == cls or any(k.__name__ == cls for k in type(m).__mro__)), None)
+            if instance is None:
+                raise Refused(f"{cls}._tied_weights_keys is a list, and no {cls} in the loaded model says what it ties to")
+            embeddings = instance.get_input_embeddings()
+            source = next(n for n, m in instance.named_modules() if m is embeddings) + ".weight"
+            mapping = "{" + ", ".join(f"{key!r}: {source!r}" for key in ast.literal_eval(value)) + "}"
+            changed[name] = text = set_class_attribute(text, cls, "_tied_weights_keys", mapping)
+            done.append(f"{cls}._tied_weights_keys maps to {source}")
+    classes = _class_sources(changed)
+    for cls in sorted({type(m) for m in model.modules() if isinstance(m, PreTrainedModel)}, key=lambda k: k.__name__):
+        target = _needs_post_init(cls, classes)
+        if target is not None:
+            file = classes[target][0]
+            changed[file] = append_to_init(changed[file], target, "self.post_init()")
+            classes = _class_sources(changed)
+            done.append(f"{target}.__init__ ends with self.post_init()")
+    return {n: t for n, t in changed.items() if t != sources[n]}, "; ".join(done) + " (written for transformers 4.x's tying)"
+
+
 @workaround(
     "v4-tied-weights-keys",
     applies_to=has_remote_code,
@@ -114,6 +196,7 @@ def _v4_tied_weights(source: str) -> bool:
     fixes=[("AttributeError", r"has no attribute 'all_tied_weights_keys'"), ("AttributeError", r"^'list' object has no attribute 'keys'$")],
     native=lambda: not hasattr(__import__("transformers").PreTrainedModel, "get_expanded_tied_weights_keys"),  # 4.x
     touches=lambda sources: any(_v4_tied_weights(source) for source in sources),
+    source_fix=tied_weights_source,
 )
 @contextlib.contextmanager
 def v4_tied_weights_keys(path, config: dict) -> Iterator[Usage]:

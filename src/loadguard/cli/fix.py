@@ -1,0 +1,137 @@
+"""``loadguard fix MODEL --out DIR``: write the per-model source change a broken load needs, proven on both sides of v5."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import ExitCode, note, progress, quiet_transformers
+from ._options import format_option, workarounds_from_option
+from ._output import write
+
+
+@click.command()
+@click.argument("paths", nargs=-1)
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Where the fixed copy goes (new or empty; with several models or --from, one subfolder per model).")
+@click.option("--from", "from_file", default=None, metavar="FILE", help="A file with one model folder or Hub id per line (# comments).")
+@click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first): fix loads it, twice.")
+@click.option("--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names.")
+@click.option("--workaround", "workarounds", multiple=True, metavar="NAME",
+              help="What the original's load may use (default: auto). Each one it needed becomes a source edit: the fixed copy needs none.")
+@workarounds_from_option()
+@click.option("--no-verify", "no_verify", is_flag=True,
+              help="Write the change without proving it (faster; the output and LOADGUARD_FIX.md say it is unverified).")
+@format_option("json", "markdown", help="json: each change with its findings and proofs; markdown: the pull-request description.")
+def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, fmt):
+    """Write a copy of MODEL whose code loads right on transformers 5, with LOADGUARD_FIX.md and loadguard-fix.diff.
+
+    The copy is proven before it is written: it loads with leftover memory poisoned and no workaround on this
+    transformers, and loads to the same tensors as the original on transformers 4.57. MODEL is never written; its
+    weights are linked, never copied.
+
+    Exit code 0: fixed (or nothing to fix); 1: something is left for a person, or a proof failed; 2: could not run;
+    3: a fleet where some models could not be fixed.
+    """
+    from .scan import _targets
+
+    targets = _targets(paths, from_file)
+    chosen = list(workarounds) or ["auto"]
+    if len(targets) == 1 and not from_file:
+        result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify)
+        write(fmt, _Fixed([result]))
+        return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
+    results = []
+    for target in targets:
+        destination = Path(out) / _subfolder(target)
+        note(f"fixing {target} -> {destination}")
+        try:
+            results.append(_one(target, destination, trust_remote_code, auto_class, chosen, not no_verify))
+        except Exception as error:  # one model that cannot run is a row, not the end of the fleet
+            results.append(_Failed(target, error))
+    write(fmt, _Fixed(results))
+    if any(isinstance(r, _Failed) for r in results):
+        return ExitCode.PARTIAL
+    return ExitCode.CLEAN if all(r.ok for r in results) else ExitCode.FINDINGS
+
+
+def _subfolder(target: str) -> str:
+    name = Path(target).name if Path(target).exists() else target.replace("/", "--")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "model"
+
+
+def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool):
+    from .._fix_files import model_folder
+    from ..fix import fix as run_fix
+
+    folder = model_folder(target)
+    quiet_transformers()
+    with progress(f"Fixing {target}: loading, patching, proving on two transformers"):
+        return run_fix(folder, out, trust_remote_code=trust_remote_code, workarounds=workarounds, auto_class=auto_class, verify=verify)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    model: str
+    error: Any
+    ok = False
+
+    def to_dict(self) -> dict:
+        from ..errors import LoadguardError, hint_for
+
+        message = self.error.message if isinstance(self.error, LoadguardError) else f"{type(self.error).__name__}: {self.error}"
+        hint = hint_for(self.error, "cli") if isinstance(self.error, LoadguardError) else ""
+        return {"model": self.model, "status": "could_not_run", "ok": False, "error": {"message": message, "hint": hint or None}}
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    results: list
+    command = "fix"
+
+    def document(self):
+        documents = [r.to_dict() for r in self.results]
+        return documents[0] if len(documents) == 1 else documents
+
+    def markdown(self) -> str:
+        from .._fix_files import notes
+
+        return "\n\n".join(notes(r) if not isinstance(r, _Failed) else f"# {r.model}\n\ncould not run: {r.to_dict()['error']['message']}\n" for r in self.results)
+
+    def table(self, out, err) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        if len(self.results) > 1:
+            grid = Table("model", "status", "changes", "left for a person", "why")
+            for r in self.results:
+                data = r.to_dict()
+                why = data["error"]["message"] if isinstance(r, _Failed) else "; ".join(p["detail"] for p in data["proofs"] if p["ok"] is False)
+                grid.add_row(escape(r.model), data["status"], str(len(data.get("changes", []))), str(len(data.get("refused", []))), escape(why[:120]))
+            out.print(grid)
+            return
+        _print_one(self.results[0], out, err)
+
+
+def _print_one(result, out, err) -> None:
+    from rich.markup import escape
+
+    headline = {"fixed": "[bold green]fixed[/]", "partly": "[bold yellow]partly fixed[/]", "not_fixed": "[bold red]not fixed[/]",
+                "clean": "[bold green]clean[/]: the load was right, nothing to change", "unverified": "[bold yellow]written, not proven[/]"}
+    out.print(f"{escape(result.model)}: {headline[result.status]}" + (f" -> {escape(result.out)}" if result.out else ""), highlight=False)
+    for change in result.changes:
+        out.print(f"  changed {escape(change.file)}: {escape(change.description)}", highlight=False)
+    for refusal in result.refused:
+        where = f" [at {escape(refusal.location)}]" if refusal.location else ""
+        out.print(f"  left for a person: {escape(refusal.tensor + ': ' if refusal.tensor else '')}{escape(refusal.reason)}{where}", highlight=False)
+    for proof in result.proofs:
+        mark = {True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok]
+        out.print(f"  proof on transformers {escape(proof.transformers)}, {proof.name.replace('_', ' ')}: {mark}: {escape(proof.detail)}", highlight=False)
+    if result.status == "unverified" and not result.proofs:
+        err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
+    if result.out:
+        err.print(f"wrote {escape(result.out)}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)
