@@ -34,6 +34,29 @@ def zoo_folder(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def compat_cache(tmp_path_factory):
+    """A loadguard cache holding the transformers 4.57.6 environment (the matrix's, and where ``fix`` proves its patch
+    changes nothing before v5), created once per test session; the tests set LOADGUARD_CACHE to it."""
+    from loadguard import envs
+
+    cache = tmp_path_factory.mktemp("loadguard-compat-cache")
+    previous = os.environ.get("LOADGUARD_CACHE")
+    os.environ["LOADGUARD_CACHE"] = str(cache)
+    try:
+        environment = envs.environment("4.57.6")
+    finally:
+        if previous is None:
+            os.environ.pop("LOADGUARD_CACHE")
+        else:
+            os.environ["LOADGUARD_CACHE"] = previous
+    offline = ("network", "dns", "connect", "resolve", "lookup", "fetch", "request", "unreachable", "timed out", "offline")
+    if not environment.ok and any(word in environment.reason.lower() for word in offline):
+        pytest.skip(f"the package index cannot be reached to create the 4.57.6 environment: {environment.reason}")
+    assert environment.ok, environment.reason
+    return cache
+
+
 def all_tensors(model) -> dict:
     """Every parameter, buffer and plain tensor attribute by name, aliases included."""
     import torch

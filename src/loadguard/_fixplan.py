@@ -95,20 +95,38 @@ def _remote_file(cls: type, original: dict[str, str]) -> str | None:
     return name if name in original else None
 
 
+def _owner(model: Any, module_name: str) -> Any:
+    """The nearest ``PreTrainedModel`` at or above the module ``module_name``: whose ``_init_weights`` runs for it."""
+    from transformers import PreTrainedModel
+
+    parts = module_name.split(".") if module_name else []
+    for depth in range(len(parts), -1, -1):
+        candidate = model.get_submodule(".".join(parts[:depth]))
+        if isinstance(candidate, PreTrainedModel):
+            return candidate
+    return model
+
+
+def _beside(model: Any, module_name: str, file: str, target: tuple[str, str], original: dict[str, str]) -> tuple[str, str]:
+    """Where a branch for a class of ``file`` goes: the target, unless that is another file and a model class of the
+    owner's MRO lives in ``file`` itself (then that class's ``_init_weights``: no file has to import one that imports it)."""
+    from transformers import PreTrainedModel
+
+    if target[0] == file:
+        return target
+    for klass in type(_owner(model, module_name)).__mro__:
+        if isinstance(klass, type) and issubclass(klass, PreTrainedModel) and _remote_file(klass, original) == file:
+            return file, klass.__name__
+    return target
+
+
 def _init_weights_owner(model: Any, module_name: str, original: dict[str, str]) -> tuple[str, str] | None:
     """``(file, class)`` of the model code whose ``_init_weights`` transformers calls for the module ``module_name``:
     the nearest ``PreTrainedModel`` above it, the first class of its MRO that defines ``_init_weights`` when that is the
     model's own code, else the base-most class of the model's own code (which gets one)."""
     from transformers import PreTrainedModel
 
-    parts = module_name.split(".") if module_name else []
-    owner = model
-    for depth in range(len(parts), -1, -1):
-        candidate = model.get_submodule(".".join(parts[:depth]))
-        if isinstance(candidate, PreTrainedModel):
-            owner = candidate
-            break
-    mro = [k for k in type(owner).__mro__ if k is not object]
+    mro = [k for k in type(_owner(model, module_name)).__mro__ if k is not object]
     definer = next((k for k in mro if "_init_weights" in vars(k)), None)
     if definer is not None and (file := _remote_file(definer, original)) is not None:
         return file, definer.__name__
@@ -134,7 +152,7 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
     keep: dict[tuple[str, str], set[str]] = {}
     overwritten: dict[tuple[str, str], list[str]] = {}
     meta = {(f.location, f.tensor.rpartition(".")[2]) for f in report.failures if f.status == "on_meta"}
-    seen: dict[tuple[str, str], _codemod.Branch | str] = {}  # a branch, or why there is none
+    seen: dict[tuple[str, str], tuple[tuple[str, str], _codemod.Branch] | str] = {}  # (where, branch), or why there is none
     for finding in report.failures:
         attribute = finding.tensor.rpartition(".")[2]
         target = _init_weights_owner(model, finding.module, plan.original)
@@ -164,13 +182,18 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
             except _codemod.Refused as why:
                 seen[key] = f"{why}: recompute it in _init_weights by hand"
             else:
-                seen[key] = dataclasses.replace(made, tensors=())
-                branches.setdefault(target, []).append(seen[key])
+                placed = _beside(model, finding.module, file, target, plan.original)
+                if placed != target:
+                    parameter = _codemod_write.init_weights_parameter(plan.source(placed[0]), placed[1]) or "module"
+                    made = _codemod.recompute(plan.original[file], line, attribute, finding.kind, on_meta=key in meta, init_param=parameter,
+                                              available=frozenset(n for n in ("config",) if hasattr(live, n)))
+                seen[key] = (placed, dataclasses.replace(made, tensors=()))
+                branches.setdefault(placed, []).append(seen[key][1])
                 keep.setdefault((file, made.cls), set()).update(made.keep)
         if isinstance(seen[key], str):
             plan.refused.append(Refusal(finding.tensor, finding.status, seen[key], finding.location))
             continue
-        _answered(branches[target], seen[key], finding.tensor)
+        _answered(branches[seen[key][0]], seen[key][1], finding.tensor)
     for (file, cls), names in keep.items():
         if names:
             _edit(plan, file, lambda s, c=cls, n=sorted(names): _codemod_write.keep_arguments(s, c, n), Change(file, "keep_arguments", f"{cls}.__init__ keeps {', '.join(sorted(names))} so _init_weights can recompute from it"))

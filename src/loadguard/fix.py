@@ -197,15 +197,34 @@ def _run_json(command: list[str], env: dict | None = None, timeout: float = 900)
     return {"error": last[-1] if last else f"exit {result.returncode}, nothing printed"}
 
 
+def _audit_patched(arguments: tuple[str, str | None]) -> dict:
+    """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
+    leftover memory poisoned, no workaround, then audited."""
+    from .audit import audit
+    from .errors import LoadguardError
+    from .load import load_unaudited
+
+    folder, auto_class = arguments
+    try:
+        model, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
+    except LoadguardError as error:
+        return {"error": error.message}
+    return audit(model).to_dict()
+
+
 def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Refusal], auto_class: str | None) -> Proof:
-    """(a): the patched copy, loaded in a fresh process with leftover memory poisoned and no workaround, audits clean
+    """(a): the patched copy, loaded in a child process with leftover memory poisoned and no workaround, audits clean
     (or, for a partial fix, fails only where the plan said a person must act)."""
     import transformers
 
-    command = [sys.executable, "-m", "loadguard", "audit", str(staging), "--trust-remote-code", "--poison", "--format", "json"]
-    if auto_class:
-        command += ["--auto-class", auto_class]
-    document = _run_json(command, {**os.environ, "LOADGUARD_DEBUG": ""})
+    from . import _forks
+
+    if _forks.available():
+        (outcome,) = _forks.run(_audit_patched, [(str(staging), auto_class)], timeout=1800)
+        document = outcome.value if outcome.ok else {"error": f"the process loading it failed: {outcome.error}"}
+    else:  # no fork (Windows): a fresh interpreter
+        command = [sys.executable, "-m", "loadguard", "audit", str(staging), "--trust-remote-code", "--poison", "--format", "json"]
+        document = _run_json(command + (["--auto-class", auto_class] if auto_class else []), {**os.environ, "LOADGUARD_DEBUG": ""})
     version = transformers.__version__
     if document.get("error"):
         error = document["error"]
@@ -235,9 +254,12 @@ def _unchanged_before_v5(folder: Path, staging: Path, version: str, workarounds:
         return Proof("unchanged_before_v5", version, False, f"could not be compared: {document['error']}")
     if document["differ_count"]:
         return Proof("unchanged_before_v5", version, False, f"{document['differ_count']} tensors differ from the original's: {', '.join(document['differ'][:6])}")
-    if document["forward"].startswith("differs"):
+    if document["forward"].startswith("differs") and not document.get("repaired"):
         return Proof("unchanged_before_v5", version, False, f"the first forward pass {document['forward']}")
-    return Proof("unchanged_before_v5", document["transformers"], True, f"all {document['tensors']} tensors bit-identical to the original's; first forward: {document['forward']}")
+    repaired = document.get("repaired") or []
+    same = document["tensors"] - len(repaired)
+    also = f"; {', '.join(repaired[:4])} ({len(repaired)}) the original loads wrong here too now equal what the code computes" if repaired else ""
+    return Proof("unchanged_before_v5", document["transformers"], True, f"{same} of {document['tensors']} tensors bit-identical to the original's{also}; first forward: {document['forward']}")
 
 
 __all__ = ["COMPAT_VERSION", "FixResult", "Proof", "fix"]

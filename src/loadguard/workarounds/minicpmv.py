@@ -35,6 +35,7 @@ def _pos_cache_targets(model) -> list[str]:
     "recomputed with the model's own _set_2d_pos_cache",
     upstream="transformers#48892",
     targets=_pos_cache_targets,
+    source_fix="none of its own: `loadguard fix` recomputes pos_embed from the line that made it (an _init_weights branch calling _set_2d_pos_cache)",
 )
 def minicpmv_pos_cache(model) -> int:
     restored = 0
@@ -64,6 +65,7 @@ def _generate_needs_adapting(runner) -> bool:
     "and passes the processor's image_sizes on to the language model: wrap it to get token ids",
     upstream="vllm#51432",
     needed=_generate_needs_adapting,
+    source_fix="none: it adapts an engine's test runner to MiniCPM-V's generate, not the model",
 )
 def minicpmv_26_runner(runner):
     original = runner.model.generate

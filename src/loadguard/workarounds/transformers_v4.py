@@ -22,6 +22,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._source_fixes import fallback_import, llama_attention_imports, read_with_defaults, rope_scaling_reads
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 
@@ -124,6 +125,7 @@ def _has_attribute(module: str, *names: str) -> bool:
     fixes=[("ModuleNotFoundError", r"No module named 'transformers\.modeling_attn_mask_utils'")],
     native=lambda: _has_module("transformers.modeling_attn_mask_utils"),  # 4.x, and 5.25 (deprecated)
     touches=r"modeling_attn_mask_utils",
+    source_fix="none needed on transformers 5.25, which has transformers.modeling_attn_mask_utils again (deprecated): port to transformers.masking_utils by hand before it goes",
 )
 @contextlib.contextmanager
 def attn_mask_utils(path, config: dict) -> Iterator[Usage]:
@@ -171,6 +173,7 @@ def is_torch_fx_available() -> bool:
     fixes=[("ImportError", r"cannot import name 'is_torch_fx_available' from 'transformers\.utils")],
     native=lambda: _has_attribute("transformers.utils", "is_torch_fx_available"),
     touches=r"\bis_torch_fx_available\b",
+    source_fix=lambda sources, config, model: fallback_import(sources, "is_torch_fx_available", ("transformers.utils", "transformers.utils.import_utils"), "def is_torch_fx_available():\n    return True"),
 )
 @contextlib.contextmanager
 def torch_fx_available(path, config: dict) -> Iterator[Usage]:
@@ -206,6 +209,7 @@ def v4_rope_scaling(parameters: dict | None) -> dict | None:
     fixes=[("KeyError", r"^'type'$")],
     native=lambda: not isinstance(importlib.import_module("transformers").PretrainedConfig.__dict__.get("rope_scaling"), property),
     touches=r"rope_scaling\s*(\[|\.get\()",
+    source_fix=lambda sources, config, model: rope_scaling_reads(sources),
 )
 @contextlib.contextmanager
 def rope_scaling(path, config: dict) -> Iterator[Usage]:
@@ -249,6 +253,7 @@ def rope_scaling(path, config: dict) -> Iterator[Usage]:
     fixes=[("ImportError", r"cannot import name 'Llama(FlashAttention2|SdpaAttention)'")],
     native=lambda: _has_attribute("transformers.models.llama.modeling_llama", "LlamaFlashAttention2", "LlamaSdpaAttention"),
     touches=r"\bLlama(FlashAttention2|SdpaAttention)\b",
+    source_fix=lambda sources, config, model: llama_attention_imports(sources),
 )
 @contextlib.contextmanager
 def llama_attention_classes(path, config: dict) -> Iterator[Usage]:
@@ -297,6 +302,7 @@ def _missing_generation_defaults() -> list[str]:
     fixes=[("AttributeError", r"object has no attribute '(" + "|".join(V4_GENERATION_DEFAULTS) + r")'")],
     native=lambda: not _missing_generation_defaults(),
     touches=r"config\.(" + "|".join(V4_GENERATION_DEFAULTS) + r")\b",
+    source_fix=lambda sources, config, model: read_with_defaults(sources, {n: V4_GENERATION_DEFAULTS[n] for n in _missing_generation_defaults()}),
 )
 @contextlib.contextmanager
 def config_generation_defaults(path, config: dict) -> Iterator[Usage]:

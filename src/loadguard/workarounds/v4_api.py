@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from ._source_fixes import accepting, read_with_defaults
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 from .transformers_v4 import V4_GENERATION_DEFAULTS, config_attributes
@@ -49,6 +50,7 @@ def _missing_config_defaults() -> list[str]:
     fixes=[("AttributeError", r"Config' object has no attribute '(" + "|".join(sorted(v4_config_defaults())) + r")'")],
     native=lambda: not _missing_config_defaults(),
     touches=lambda sources: any(f"config.{name}" in source for source in sources for name in v4_config_defaults()),
+    source_fix=lambda sources, config, model: read_with_defaults(sources, {n: v4_config_defaults()[n] for n in _missing_config_defaults()}),
 )
 @contextlib.contextmanager
 def config_defaults(path, config: dict) -> Iterator[Usage]:
@@ -219,6 +221,7 @@ def _model_attributes_native() -> bool:
     fixes=[("AttributeError", r"object has no attribute '(" + "|".join(V4_MODEL_ATTRIBUTES) + r")'")],
     native=_model_attributes_native,
     touches=r"\b(" + "|".join(V4_MODEL_ATTRIBUTES) + r")\b",
+    source_fix="by hand: the model calls what transformers 5 model classes no longer have (get_extended_attention_mask, get_head_mask, ...): port it to transformers 5's masking utilities, or define 4.57's method in the model's own class",
 )
 @contextlib.contextmanager
 def model_attributes(path, config: dict) -> Iterator[Usage]:
@@ -270,6 +273,7 @@ def _takes_v5_keywords(function) -> bool:
     fixes=[("TypeError", r"tie_weights\(\) got an unexpected keyword argument '(missing_keys|recompute_mapping)'")],
     native=lambda: not _takes_v5_keywords(importlib.import_module("transformers").PreTrainedModel.tie_weights),
     touches=r"def tie_weights\(\s*self\s*\)",
+    source_fix=lambda sources, config, model: accepting(sources, "tie_weights", "tie_weights accepts the keywords transformers 5 passes (missing_keys=, recompute_mapping=)"),
 )
 @contextlib.contextmanager
 def tie_weights_signature(path, config: dict) -> Iterator[Usage]:

@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Iterator
 
 from ._registry import Usage, workaround
+from ._source_fixes import accepting
 from .remote_code import has_remote_code
 
 # ----------------------------------------------------------------------------------------------------
@@ -68,6 +69,7 @@ class _V4RopeFunctions(dict):
     fixes=[("KeyError", r"^'default'$")],
     native=lambda: "default" in importlib.import_module("transformers.modeling_rope_utils").ROPE_INIT_FUNCTIONS,
     touches=r"ROPE_INIT_FUNCTIONS\s*(\[|\.get\()",
+    source_fix="by hand: compute plain RoPE in the model (inv_freq = 1 / base ** (arange(0, dim, 2) / dim)) where it looks up ROPE_INIT_FUNCTIONS['default'], as transformers' own models now do",
 )
 @contextlib.contextmanager
 def rope_init_default(path, config: dict) -> Iterator[Usage]:
@@ -122,6 +124,7 @@ def _probe_properties(cls: type) -> dict[str, tuple[type, property]]:
     fixes=[("AttributeError", rf"has no attribute '{_ANY_PROBE}'")],
     native=lambda: False,  # every transformers since 4.5x probes the instance during __init__
     touches=rf"def\s+{_ANY_PROBE}\s*\(",
+    source_fix="by hand: make _supports_sdpa / _supports_flash_attn_2 class attributes, or have the property answer getattr(self.language_model, name, True) while the submodule does not exist yet",
 )
 @contextlib.contextmanager
 def attention_probe(path, config: dict) -> Iterator[Usage]:
@@ -209,6 +212,7 @@ def _inside_a_constructor() -> bool:
     fixes=[("RuntimeError", r"from_pretrained` with a meta device context manager"), ("ValueError", r"^Unsupported device type 'meta'")],
     native=lambda: not _refuses_loads_on_meta(),
     touches=r"\.from_pretrained\(",
+    source_fix="cannot be made mechanically: the constructor loads another model; build the sub-model from its config there (the outer checkpoint holds its weights)",
 )
 @contextlib.contextmanager
 def nested_from_pretrained(path, config: dict) -> Iterator[Usage]:
@@ -231,6 +235,81 @@ def nested_from_pretrained(path, config: dict) -> Iterator[Usage]:
     finally:
         PreTrainedModel.from_pretrained = original
     usage.detail = "built the sub-models the model's constructor loads from their configs; the outer checkpoint gave them their values"
+
+
+# ----------------------------------------------------------------------------------------------------
+# GenerationConfig.validate(self): 5.x calls it with user_set_attributes= (and strict=)
+
+
+def _takes_keywords(function, *names: str) -> bool:
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+    return all(n in parameters for n in names) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def _validate_passes_keywords() -> bool:
+    """Whether the running transformers calls ``GenerationConfig.validate`` with keywords (5.x: user_set_attributes)."""
+    from transformers import GenerationConfig
+
+    return _takes_keywords(GenerationConfig.validate, "user_set_attributes")
+
+
+@workaround(
+    "v4-generation-validate",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code whose GenerationConfig subclass overrides validate(self) (diffusion-LM and other custom generate "
+    "code written for transformers 4): 5.x constructs it calling validate(user_set_attributes=...) (TypeError); the "
+    "override is called the 4.x way, without the keywords",
+    upstream="the model's repository (accept **kwargs in validate)",
+    fixes=[("TypeError", r"validate\(\) got an unexpected keyword argument '(user_set_attributes|strict)'")],
+    native=lambda: not _validate_passes_keywords(),
+    touches=r"def validate\(\s*self\s*\)",
+    source_fix=lambda sources, config, model: accepting(sources, "validate", "GenerationConfig.validate accepts the keywords transformers 5 passes (user_set_attributes=, strict=)"),
+)
+@contextlib.contextmanager
+def generation_validate(path, config: dict) -> Iterator[Usage]:
+    import functools
+
+    from transformers import GenerationConfig
+
+    usage = Usage()
+    original = GenerationConfig.__dict__.get("__init_subclass__")
+    adapted: list[str] = []
+
+    def __init_subclass__(cls, **kwargs):
+        if original is not None:
+            original.__func__(cls, **kwargs)
+        else:
+            super(GenerationConfig, cls).__init_subclass__(**kwargs)
+        own = vars(cls).get("validate")
+        if own is None or _takes_keywords(own, "user_set_attributes"):
+            return
+
+        @functools.wraps(own)
+        def validate(self, *args, **kwargs):
+            usage.count += 1
+            return own(self)  # the 4.x way: no keywords
+
+        cls.validate = validate
+        adapted.append(cls.__name__)
+
+    if _validate_passes_keywords():
+        GenerationConfig.__init_subclass__ = classmethod(__init_subclass__)
+    try:
+        yield usage
+    finally:
+        if _validate_passes_keywords():
+            if original is None:
+                del GenerationConfig.__init_subclass__
+            else:
+                GenerationConfig.__init_subclass__ = original
+    if adapted:
+        usage.detail = f"called {', '.join(adapted)}.validate() the 4.x way, without transformers 5's keywords"
 
 
 __all__ = ["PROBES", "v4_default_rope_parameters"]

@@ -305,6 +305,7 @@ def _removed_names_pattern() -> str:
     fixes=[("ImportError", _removed_names_pattern()), ("AttributeError", _removed_names_pattern())],
     native=lambda: int(importlib.import_module("transformers").__version__.split(".")[0]) < 5,
     touches=lambda sources: any(_imports_a_removed_name(source) for source in sources),
+    source_fix="by hand: import each name from its transformers 5 home (the workaround's detail lists the names the load used)",
 )
 @contextlib.contextmanager
 def module_names(path, config: dict) -> Iterator[Usage]:

@@ -1,0 +1,190 @@
+"""The source edits of ``loadguard fix``, on code as text: what a recorded line becomes, what is refused and why, and
+that everything not edited stays byte for byte (comments and formatting included)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from loadguard import _codemod, _codemod_write
+from loadguard.workarounds import _source_fixes, all_workarounds
+
+SOURCE = textwrap.dedent('''\
+    """A model file."""
+    import math
+
+    import torch
+    from torch import nn
+    from torch.nn.init import trunc_normal_
+
+
+    def table(n, dim, device=None):  # a helper of the file
+        return torch.arange(n * dim, dtype=torch.float32, device=device).reshape(n, dim)
+
+
+    class Rotary(nn.Module):
+        def __init__(self, config, base=10000.0):
+            super().__init__()
+            self.dim = config.head_dim
+            exponent = torch.arange(0, self.dim, 2, dtype=torch.float32) / self.dim
+            self.register_buffer("inv_freq", 1.0 / (base ** exponent), persistent=False)
+            if config.with_table:
+                self.register_buffer("table", table(4, self.dim), persistent=False)
+            for i in range(2):
+                self.register_buffer(f"loop{i}", torch.zeros(2), persistent=False)
+
+
+    class Pos(nn.Module):
+        def __init__(self, size):
+            super().__init__()
+            self.size = size
+            self._set_cache(self.size)
+
+        def _set_cache(self, size, device="cpu"):
+            self.register_buffer("cache", torch.ones(size, device=device), persistent=False)
+
+
+    class MyPreTrained(nn.Module):
+        def _init_weights(self, module):
+            """Docstring stays first."""
+            std = 0.02  # keep this comment
+            if isinstance(module, nn.Linear):
+                module.weight.data.normal_(mean=0.0,   std=std)
+                nn.init.zeros_(module.bias)
+            trunc_normal_(module.weight, std=std)
+    ''')
+
+
+def _line(text: str) -> int:
+    return next(i + 1 for i, line in enumerate(SOURCE.splitlines()) if text in line)
+
+
+def test_a_buffer_made_in_init_is_recomputed_from_its_own_expression():
+    branch = _codemod.recompute(SOURCE, _line('"inv_freq"'), "inv_freq", "buffer", on_meta=False)
+    assert branch.cls == "Rotary"
+    assert branch.statements == (
+        "exponent = torch.arange(0, module.dim, 2, dtype=torch.float32) / module.dim",
+        "module.inv_freq.copy_(1.0 / (module.base ** exponent))",
+    )
+    assert branch.keep == ("base",)  # a constructor argument the module did not keep
+    assert branch.globals == {"torch"}
+
+
+def test_a_buffer_made_under_an_if_runs_only_where_the_instance_has_it():
+    branch = _codemod.recompute(SOURCE, _line('"table"'), "table", "buffer", on_meta=True)
+    assert branch.statements == (
+        "if getattr(module, 'table', None) is not None:\n"
+        "    if module.table.is_meta:\n        module.table = table(4, module.dim)\n    else:\n        module.table.copy_(table(4, module.dim))",
+    )
+    assert branch.globals == {"table"}
+
+
+def test_a_buffer_made_by_a_helper_is_made_again_by_calling_it_on_the_loaded_device():
+    branch = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=False)
+    assert (branch.cls, branch.statements) == ("Pos", ("module._set_cache(module.size, device=module.cache.device)",))
+    on_meta = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=True)
+    assert on_meta.statements == ("module._set_cache(module.size)",)  # the device of a meta tensor is no place to put it
+
+
+@pytest.mark.parametrize(("needle", "attribute", "reason"), [
+    ('f"loop{i}"', "loop0", "loop"),
+    ("self.dim = config.head_dim", "inv_freq", "neither registers nor assigns"),
+    ("std = 0.02", "std", "MyPreTrained has no __init__"),
+    ("import math", "math", "not in a method"),
+])
+def test_what_cannot_be_recomputed_mechanically_is_refused_with_the_reason(needle, attribute, reason):
+    with pytest.raises(_codemod.Refused, match=reason):
+        _codemod.recompute(SOURCE, _line(needle), attribute, "buffer", on_meta=False)
+
+
+def test_branches_go_first_in_init_weights_and_nothing_else_changes():
+    branch = _codemod.recompute(SOURCE, _line('"inv_freq"'), "inv_freq", "buffer", on_meta=False)
+    patched = _codemod_write.add_branches(SOURCE, "MyPreTrained", [branch])
+    patched = _codemod_write.keep_arguments(patched, "Rotary", list(branch.keep))
+    compile(patched, "patched.py", "exec")
+    added = [line for line in patched.splitlines() if line not in SOURCE.splitlines()]
+    assert added == [
+        "        self.base = base",
+        "        if isinstance(module, Rotary):",
+        "            with torch.no_grad():",
+        "                exponent = torch.arange(0, module.dim, 2, dtype=torch.float32) / module.dim",
+        "                module.inv_freq.copy_(1.0 / (module.base ** exponent))",
+    ]
+    kept = [line for line in patched.splitlines() if line not in added]
+    assert kept == SOURCE.splitlines()  # every original line, in order: comments, odd spacing and the docstring too
+    docstring = patched.splitlines().index('        """Docstring stays first."""')
+    assert patched.splitlines()[docstring + 1] == "        if isinstance(module, Rotary):"
+
+
+def test_a_class_without_init_weights_gets_one_that_calls_its_parent():
+    branch = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=True)
+    patched = _codemod_write.add_branches(SOURCE, "Rotary", [branch])
+    assert "    def _init_weights(self, module):\n        super()._init_weights(module)\n        if isinstance(module, Pos):" in patched
+    compile(patched, "patched.py", "exec")
+
+
+def test_overwriting_writes_are_guarded_by_the_loaded_flag_and_guarded_init_calls_left_alone():
+    patched, guarded = _codemod_write.guard_writes(SOURCE, "MyPreTrained")
+    assert guarded == 2  # .data.normal_ and trunc_normal_ imported by name; nn.init.zeros_ is guarded by transformers 5
+    assert "            if not getattr(module.weight, '_is_hf_initialized', False):\n                module.weight.data.normal_(mean=0.0,   std=std)" in patched
+    assert "        if not getattr(module.weight, '_is_hf_initialized', False):\n            trunc_normal_(module.weight, std=std)" in patched
+    assert "\n            nn.init.zeros_(module.bias)\n" in patched
+    compile(patched, "patched.py", "exec")
+
+
+def test_imports_are_added_once_after_the_last_import():
+    patched = _codemod_write.ensure_imports(SOURCE, ["import torch", "from .other import Thing", "from .other import Thing"])
+    lines = patched.splitlines()
+    assert lines.count("from .other import Thing") == 1 and lines.count("import torch") == 1
+    assert lines.index("from .other import Thing") == lines.index("from torch.nn.init import trunc_normal_") + 1
+
+
+def test_every_built_in_workaround_declares_its_source_fix_or_why_it_has_none():
+    undeclared = [w.name for w in all_workarounds() if not (callable(w.source_fix) or (isinstance(w.source_fix, str) and w.source_fix.strip()))]
+    assert undeclared == []
+
+
+V4 = textwrap.dedent('''\
+    from torch.nn.functional import *
+    from transformers.utils import is_torch_fx_available, logging
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaFlashAttention2
+
+
+    def lengths(xs: List[int]) -> Optional[int]:
+        return None
+
+
+    class Gen:
+        def validate(self):
+            return None
+
+        def tie_weights(self):
+            return None
+
+
+    def size(self):
+        self.config.max_length = 3
+        return self.config.max_length + config.pad_token_id
+    ''')
+
+
+def test_workaround_source_fixes_edit_what_the_workaround_stood_in_for():
+    sources = {"modeling_x.py": V4, "config.json": json.dumps({"auto_map": {"AutoModelForVision2Seq": "modeling_x.X", "AutoConfig": "c.C"}})}
+    typing = next(w for w in all_workarounds() if w.name == "remote-code-typing-aliases").source_fix(sources, {}, None)[0]
+    assert "from typing import List, Optional" in typing["modeling_x.py"]
+    fx = _source_fixes.fallback_import(sources, "is_torch_fx_available", ("transformers.utils",), "def is_torch_fx_available():\n    return True")[0]["modeling_x.py"]
+    assert "from transformers.utils import logging\n" in fx
+    assert "try:\n    from transformers.utils import is_torch_fx_available\nexcept ImportError:  # removed in transformers 5\n    def is_torch_fx_available():\n        return True\n" in fx
+    llama = _source_fixes.llama_attention_imports(sources)[0]["modeling_x.py"]
+    assert "import LlamaAttention, LlamaAttention as LlamaFlashAttention2" in llama
+    validate = _source_fixes.accepting(sources, "validate", "")[0]["modeling_x.py"]
+    assert "def validate(self, **kwargs):" in validate and "def tie_weights(self):" in validate
+    reads = _source_fixes.read_with_defaults(sources, {"max_length": 20, "pad_token_id": None})[0]["modeling_x.py"]
+    assert "self.config.max_length = 3" in reads  # an assignment stays
+    assert "return getattr(self.config, 'max_length', 20) + getattr(config, 'pad_token_id', None)" in reads
+    auto = json.loads(_source_fixes.renamed_auto_map(sources)[0]["config.json"])
+    assert list(auto["auto_map"]) == ["AutoModelForImageTextToText", "AutoConfig"]
+    for text in (typing["modeling_x.py"], fx, llama, validate, reads):
+        compile(text, "x.py", "exec")
