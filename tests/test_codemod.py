@@ -184,7 +184,7 @@ def test_workaround_source_fixes_edit_what_the_workaround_stood_in_for():
     reads = _source_fixes.read_with_defaults(sources, {"max_length": 20, "pad_token_id": None})[0]["modeling_x.py"]
     assert "self.config.max_length = 3" in reads  # an assignment stays
     assert "return getattr(self.config, 'max_length', 20) + getattr(config, 'pad_token_id', None)" in reads
-    auto = json.loads(_source_fixes.renamed_auto_map(sources)[0]["config.json"])
+    auto = json.loads(_source_fixes.renamed_auto_map(sources, {"AutoModelForVision2Seq": "AutoModelForImageTextToText"})[0]["config.json"])
     assert list(auto["auto_map"]) == ["AutoModelForImageTextToText", "AutoConfig"]
     for text in (typing["modeling_x.py"], fx, llama, validate, reads):
         compile(text, "x.py", "exec")

@@ -1,13 +1,8 @@
-"""Source edits for ``loadguard fix``, through libcst's concrete syntax tree: what is not edited keeps its formatting and
-comments to the byte, and no edit is made from a regular expression on text.
+"""Reading model code for ``loadguard fix`` through libcst: how a recorded line becomes an ``_init_weights`` branch
+(:mod:`loadguard._codemod_write` writes it). Pure functions of source text; what to edit comes from a load
+(:mod:`loadguard._fixplan`). Example::
 
-Pure functions of source text: nothing here imports a model or torch. The plan of *what* to edit comes from a load
-(:mod:`loadguard._fixplan`); this module says how a recorded line becomes a branch of ``_init_weights`` and writes it.
-
-Example::
-
-    branch = recompute(source, line=36, attribute="index", kind="buffer", init_param="module")
-    new = add_branches(source, "LgToyPreTrainedModel", [branch], imports=[])
+    branch = recompute(source, line=36, attribute="index", kind="buffer", on_meta=False)
 """
 
 from __future__ import annotations

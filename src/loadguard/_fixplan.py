@@ -29,6 +29,7 @@ from ._locations import source_path
 from .report import AuditReport
 
 _RECOMPUTED = ("uninitialized", "on_meta", "mismatch")
+_TIES = "v4-tied-weights-keys"
 
 
 @dataclass(frozen=True)
@@ -147,13 +148,20 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
     from .workarounds import _registry as registry
 
     plan = Plan(sources(folder))
-    _workaround_edits(plan, [registry.get(n) for n in workaround_names], json.loads(plan.original.get("config.json", "{}")), model)
+    config = json.loads(plan.original.get("config.json", "{}"))
+    _workaround_edits(plan, [registry.get(n) for n in workaround_names], config, model)
+    untied = tuple(f.tensor for f in report.failures if f.check == "tied_weights")
+    if untied and _TIES not in workaround_names:  # a v4 tie list the load read without failing: the same edit answers it
+        _workaround_edits(plan, [registry.get(_TIES)], config, model, untied, quiet=True)
     branches: dict[tuple[str, str], list[_codemod.Branch]] = {}
     keep: dict[tuple[str, str], set[str]] = {}
     overwritten: dict[tuple[str, str], list[str]] = {}
     meta = {(f.location, f.tensor.rpartition(".")[2]) for f in report.failures if f.status == "on_meta"}
     seen: dict[tuple[str, str], tuple[tuple[str, str], _codemod.Branch] | str] = {}  # (where, branch), or why there is none
+    answered = {t for c in plan.changes for t in c.tensors}
     for finding in report.failures:
+        if finding.tensor in answered:
+            continue
         attribute = finding.tensor.rpartition(".")[2]
         target = _init_weights_owner(model, finding.module, plan.original)
         if target is None:
@@ -255,7 +263,9 @@ def _defining_file(plan: Plan, cls: str) -> str | None:
                  and f"class {cls}" in text), None)
 
 
-def _workaround_edits(plan: Plan, items: list, config: dict, model: Any) -> None:
+def _workaround_edits(plan: Plan, items: list, config: dict, model: Any, tensors: tuple[str, ...] = (), quiet: bool = False) -> None:
+    """The source fix of each workaround in ``items``; ``tensors``: findings it answers too (``quiet``: finding nothing to
+    change is no refusal: the findings are refused on their own)."""
     for item in items:
         fix = item.source_fix
         if fix is None or isinstance(fix, str):
@@ -270,8 +280,8 @@ def _workaround_edits(plan: Plan, items: list, config: dict, model: Any) -> None
             if text == plan.source(name):
                 continue
             plan.edit(name, text)
-            plan.changes.append(Change(name, "workaround", description, (), item.name))
-        if not changed:
+            plan.changes.append(Change(name, "workaround", description, tensors, item.name))
+        if not changed and not quiet:
             plan.refused.append(Refusal("", "", f"workaround {item.name}: its source fix found nothing to change in the model's files"))
 
 

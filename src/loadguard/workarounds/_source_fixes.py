@@ -109,19 +109,17 @@ def accepting(sources: dict[str, str], function: str, description: str) -> tuple
     return _changed(sources, {file: accept_keywords(text, function) for file, text in _python(sources).items()}), description
 
 
-def renamed_auto_map(sources: dict[str, str]) -> tuple[dict[str, str], str]:
+def renamed_auto_map(sources: dict[str, str], renamed: dict[str, str]) -> tuple[dict[str, str], str]:
     """config.json's ``auto_map`` entries named after removed auto classes, renamed to their transformers 5 names (which
     transformers 4.57 knows too); the order of keys and everything else is kept."""
-    from .v4_auto import V4_AUTO_CLASSES
-
     text = sources.get("config.json")
     if text is None:
         return {}, "no config.json"
     document = json.loads(text)
     auto_map = document.get("auto_map") or {}
-    if not any(k in V4_AUTO_CLASSES for k in auto_map):
+    if not any(k in renamed for k in auto_map):
         return {}, "no removed auto class in auto_map"
-    document["auto_map"] = {V4_AUTO_CLASSES.get(k, k) if V4_AUTO_CLASSES.get(k, k) not in auto_map else k: v for k, v in auto_map.items()}
+    document["auto_map"] = {renamed.get(k, k) if renamed.get(k, k) not in auto_map else k: v for k, v in auto_map.items()}
     return {"config.json": json.dumps(document, indent=2) + "\n"}, "config.json's auto_map names AutoModelForImageTextToText / AutoModelForCausalLM for the removed auto classes"
 
 

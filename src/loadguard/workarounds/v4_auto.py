@@ -28,7 +28,7 @@ V4_AUTO_CLASSES = {"AutoModelForVision2Seq": "AutoModelForImageTextToText", "Aut
     ],
     native=lambda: all(hasattr(__import__("transformers"), name) for name in V4_AUTO_CLASSES),
     touches=r'"(' + "|".join(V4_AUTO_CLASSES) + r')"\s*:',  # an auto_map entry of config.json (part of what model_code reads)
-    source_fix=lambda sources, config, model: renamed_auto_map(sources),
+    source_fix=lambda sources, config, model: renamed_auto_map(sources, V4_AUTO_CLASSES),
 )
 @contextlib.contextmanager
 def removed_auto_classes(path, config: dict) -> Iterator[Usage]:

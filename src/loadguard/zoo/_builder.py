@@ -81,6 +81,7 @@ _FAMILIES = {
     "lgs2shead": _toy_variant("lgs2shead", "LgS2SHeadConfig", "LgS2SHeadForCausalLM"),
     "lgv4pad": _toy_variant("lgv4pad", "LgV4PadConfig", "LgV4PadForCausalLM"),
     "lgv4tie": _toy_variant("lgv4tie", "LgV4TieConfig", "LgV4TieForCausalLM"),
+    "lgv4validate": _toy_variant("lgv4validate", "LgV4ValidateConfig", "LgV4ValidateForCausalLM"),
     "lgv4attrs": _toy_variant("lgv4attrs", "LgV4AttrsConfig", "LgV4AttrsForCausalLM"),
     "lgv4names": _toy_variant("lgv4names", "LgV4NamesConfig", "LgV4NamesForCausalLM"),
     "lgdevice": _toy_variant("lgdevice", "LgDeviceConfig", "LgDeviceForCausalLM"),

@@ -38,6 +38,9 @@ class ZooEntry:
     submodel: tuple[str, str, str] | None = None
     """(attribute, subfolder, config field): a sub-model saved with ``save_pretrained`` into a folder of its own, whose
     path the config names (a constructor that loads it with ``from_pretrained``)."""
+    fix: str = "fixed"
+    """What ``loadguard fix`` does with it on transformers 5: ``fixed`` (a proven patch), ``clean`` (nothing to change),
+    or ``not fixable: why`` (what only a person can change; no patch is written)."""
     config_after: dict[str, Any] = field(default_factory=dict)
     """Config fields set after the config is constructed (as transformers' own tests switch off a setting that a
     config's ``__init__`` forces): the model is built, and its config.json saved, with them."""
