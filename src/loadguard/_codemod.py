@@ -211,11 +211,9 @@ def _assignments_before(function: cst.FunctionDef, stop: cst.CSTNode) -> dict[st
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
     if isinstance(target, (cst.Tuple, cst.List)):
         return [n for element in target.elements for n in _target_names(element.value)]
-    return []
+    return [target.value] if isinstance(target, cst.Name) else []
 
 
 def _top_level(function: cst.FunctionDef, statement: cst.CSTNode) -> bool:
