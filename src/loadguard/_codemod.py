@@ -26,6 +26,7 @@ class Branch:
     globals: frozenset[str] = frozenset()
     keep: tuple[str, ...] = ()
     tensors: tuple[str, ...] = ()
+    line: int = 0  # where __init__ makes it: recomputes run in __init__'s order (a cache computed from inv_freq after it)
 
 
 class Refused(Exception):
@@ -302,6 +303,8 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
             mapping[name] = f"{init_param}.{facts.kept[name]}"
         elif name == "config" and "config" in available:
             mapping[name] = f"{init_param}.config"
+        elif name == "device":  # where __init__ was told to build it: copy_ puts the value where the loaded tensor is
+            mapping[name] = "None"
         elif name in facts.assigned or name in available:
             raise Refused(f"self.{attribute} depends on the constructor argument {name!r}, which {cls.name.value} does not keep (self.{name} holds something else)")
         else:
@@ -325,7 +328,8 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
     if guard is not None:
         body = "\n".join(statements)
         statements = [f"if getattr({init_param}, {attribute!r}, None) is not None:\n" + _indent(body)]
-    return Branch(cls.name.value, tuple(statements), frozenset(needed_globals), tuple(keep), (attribute,))
+    position = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)[anchor].start.line
+    return Branch(cls.name.value, tuple(statements), frozenset(needed_globals), tuple(keep), (attribute,), position)
 
 
 def _indent(text: str, prefix: str = "    ") -> str:

@@ -35,16 +35,17 @@ def module_names(module: cst.Module) -> dict[str, cst.CSTNode]:
 
 
 def merge(branches: list[Branch]) -> list[Branch]:
-    """One branch per class, statements in first-seen order without repeats."""
+    """One branch per class, statements in the order ``__init__`` makes the tensors (a cache computed from
+    ``inv_freq`` after ``inv_freq``), without repeats."""
     out: dict[str, Branch] = {}
-    for branch in branches:
+    for branch in sorted(branches, key=lambda b: b.line):
         known = out.get(branch.cls)
         if known is None:
             out[branch.cls] = branch
             continue
         statements = known.statements + tuple(s for s in branch.statements if s not in known.statements)
         out[branch.cls] = Branch(branch.cls, statements, known.globals | branch.globals, tuple(dict.fromkeys(known.keep + branch.keep)),
-                                 known.tensors + branch.tensors)
+                                 known.tensors + branch.tensors, known.line)
     return list(out.values())
 
 

@@ -51,8 +51,12 @@ def _forward(model):
 
     vocab = int(getattr(model.config, "vocab_size", 0) or getattr(getattr(model.config, "text_config", None), "vocab_size", 0) or 32)
     ids = (torch.arange(12).reshape(2, 6) * 7 + 3) % vocab
+    import inspect
+
+    # no cache: one pass over the ids is all the proof needs (and v4-era code may not speak 4.57's cache classes)
+    extra = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
     with torch.no_grad():
-        output = model(input_ids=ids)
+        output = model(input_ids=ids, **extra)
     logits = getattr(output, "logits", None)
     if logits is None:
         logits = output[0] if isinstance(output, (tuple, list)) else getattr(output, "last_hidden_state", None)

@@ -206,7 +206,8 @@ def v4_rope_scaling(parameters: dict | None) -> dict | None:
     reason="remote code that reads config.rope_scaling['type']: transformers 5 turns rope_scaling: null into "
     "{'rope_theta': ..., 'rope_type': 'default'} (KeyError: 'type'); the model's code gets None back, as in 4.x",
     upstream="the model's repository (read config.rope_parameters)",
-    fixes=[("KeyError", r"^'type'$")],
+    # the second: 4.3x-era rotary code (Llama's copies) that checks `rope_scaling is None`, then raises on any other type
+    fixes=[("KeyError", r"^'type'$"), ("ValueError", r"Unknown RoPE scaling type '?default'?$")],
     native=lambda: not isinstance(importlib.import_module("transformers").PretrainedConfig.__dict__.get("rope_scaling"), property),
     touches=r"rope_scaling\s*(\[|\.get\()",
     source_fix=lambda sources, config, model: rope_scaling_reads(sources),
