@@ -34,27 +34,34 @@ def zoo_folder(tmp_path_factory):
     return get
 
 
-@pytest.fixture(scope="session")
-def compat_cache(tmp_path_factory):
-    """A loadguard cache holding the transformers 4.57.6 environment (the matrix's, and where ``fix`` proves its patch
-    changes nothing before v5), created once per test session; the tests set LOADGUARD_CACHE to it."""
+def environments_cache(tmp_path_factory, versions) -> str:
+    """A loadguard cache of its own holding the matrix environments of ``versions``, created now; skips the test when the
+    package index cannot be reached to create them."""
     from loadguard import envs
 
-    cache = tmp_path_factory.mktemp("loadguard-compat-cache")
+    cache = tmp_path_factory.mktemp("loadguard-cache")
     previous = os.environ.get("LOADGUARD_CACHE")
     os.environ["LOADGUARD_CACHE"] = str(cache)
     try:
-        environment = envs.environment("4.57.6")
+        created = [envs.environment(v) for v in versions]
     finally:
         if previous is None:
             os.environ.pop("LOADGUARD_CACHE")
         else:
             os.environ["LOADGUARD_CACHE"] = previous
     offline = ("network", "dns", "connect", "resolve", "lookup", "fetch", "request", "unreachable", "timed out", "offline")
-    if not environment.ok and any(word in environment.reason.lower() for word in offline):
-        pytest.skip(f"the package index cannot be reached to create the 4.57.6 environment: {environment.reason}")
-    assert environment.ok, environment.reason
+    unreachable = [e for e in created if not e.ok and any(word in e.reason.lower() for word in offline)]
+    if unreachable:
+        pytest.skip(f"the package index cannot be reached to create the environments: {unreachable[0].reason}")
+    assert all(e.ok for e in created), [e.reason for e in created]
     return cache
+
+
+@pytest.fixture(scope="session")
+def compat_cache(tmp_path_factory):
+    """A cache holding the transformers 4.57.6 environment, where ``fix`` proves its patch changes nothing before v5;
+    the tests set LOADGUARD_CACHE to it."""
+    return environments_cache(tmp_path_factory, ("4.57.6",))
 
 
 def all_tensors(model) -> dict:

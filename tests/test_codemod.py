@@ -41,6 +41,7 @@ SOURCE = textwrap.dedent('''\
             super().__init__()
             self.size = size
             self._set_cache(self.size)
+            self.register_buffer("noise", torch.randn(size), persistent=False)
 
         def _set_cache(self, size, device="cpu"):
             self.register_buffer("cache", torch.ones(size, device=device), persistent=False)
@@ -92,6 +93,7 @@ def test_a_buffer_made_by_a_helper_is_made_again_by_calling_it_on_the_loaded_dev
     ('f"loop{i}"', "loop0", "loop"),
     ("self.dim = config.head_dim", "inv_freq", "neither registers nor assigns"),
     ("std = 0.02", "std", "MyPreTrained has no __init__"),
+    ('"noise"', "noise", "drawn from random numbers"),
     ("import math", "math", "not in a method"),
 ])
 def test_what_cannot_be_recomputed_mechanically_is_refused_with_the_reason(needle, attribute, reason):

@@ -141,3 +141,16 @@ def test_on_4_57_there_is_nothing_to_fix(zoo_folder, tmp_path):
     result = loadguard.fix(zoo_folder("np_buffer"), tmp_path / "fixed", trust_remote_code=True)
     assert (result.status, result.out, result.changes) == ("clean", None, ())
     assert not (tmp_path / "fixed").exists()
+
+
+@v5_only
+def test_a_fleet_writes_one_subfolder_per_model_and_a_row_for_one_that_cannot_run(zoo_folder, tmp_path, capsys):
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"{zoo_folder('tensor_attribute')}  # a rotary table kept as a plain attribute\n{tmp_path / 'gone'}\n")
+    code, out, err = run_cli(capsys, "fix", "--from", str(listing), "--out", str(tmp_path / "fixed"), "--trust-remote-code", "--no-verify", "--format", "json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 3  # partial: one model could not run
+    assert [(r["status"], r["ok"]) for r in rows] == [("unverified", False), ("could_not_run", False)]
+    assert "is not a model folder" in rows[1]["error"]["message"]
+    assert sorted(p.name for p in (tmp_path / "fixed").iterdir()) == ["model"]  # the zoo folder's name; nothing for the missing one
+    assert (tmp_path / "fixed" / "model" / "LOADGUARD_FIX.md").is_file()

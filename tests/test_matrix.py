@@ -12,7 +12,7 @@ from loadguard import envs
 from loadguard.errors import InvalidOptionError
 matrix_module = importlib.import_module("loadguard.matrix")  # (loadguard.matrix is the function)
 
-from .conftest import TRANSFORMERS_VERSION
+from .conftest import TRANSFORMERS_VERSION, environments_cache
 
 V4, V5 = "4.57.6", "5.25.0"  # the two lines this project pins (constraints-compat.txt, constraints.txt)
 
@@ -54,22 +54,7 @@ def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch, tmp_p
 @pytest.fixture(scope="session")
 def environment_cache(tmp_path_factory):
     """Environments for the two pinned lines, created once per test session in a cache of its own."""
-    cache = tmp_path_factory.mktemp("loadguard-cache")
-    previous = os.environ.get("LOADGUARD_CACHE")
-    os.environ["LOADGUARD_CACHE"] = str(cache)
-    try:
-        created = [envs.environment(v) for v in (V4, V5)]
-    finally:
-        if previous is None:
-            os.environ.pop("LOADGUARD_CACHE")
-        else:
-            os.environ["LOADGUARD_CACHE"] = previous
-    offline = ("network", "dns", "connect", "resolve", "lookup", "fetch", "request", "unreachable", "timed out", "offline")
-    unreachable = [e for e in created if not e.ok and any(word in e.reason.lower() for word in offline)]
-    if unreachable:
-        pytest.skip(f"the package index cannot be reached to create the environments: {unreachable[0].reason}")
-    assert all(e.ok for e in created), [e.reason for e in created]
-    return cache
+    return environments_cache(tmp_path_factory, (V4, V5))
 
 
 def test_matrix_over_the_two_lines(environment_cache, zoo_folder, monkeypatch, capsys):

@@ -14,7 +14,7 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-PAGES = ["audit", "pytest", "workarounds", "scan", "matrix", "ray", "findings", "zoo", "contributing", "architecture"]
+PAGES = ["audit", "fix", "pytest", "workarounds", "scan", "matrix", "ray", "findings", "zoo", "contributing", "architecture"]
 DOCS = README + "".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)  # in reading order
 # a Python block the test runs is preceded by <!-- readme-test: path=ZOO_ENTRY -->: the model `path` names
 PYTHON_BLOCKS = re.findall(r"<!-- readme-test: path=(\w+) -->\n```python\n(.*?)```", DOCS, re.S)
@@ -63,7 +63,7 @@ COMMANDS = [line.split("  #")[0].strip() for line in BASH if line.startswith("lo
 
 
 def test_the_command_lines_are_found():
-    assert len(COMMANDS) == 11 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
+    assert len(COMMANDS) == 12 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
     others = [line for line in BASH if not line.startswith("loadguard ")]
     assert [line.split()[0] for line in others] == ["make", "make", "pytest", "pytest"]
 
@@ -91,6 +91,7 @@ EXIT = {
     "loadguard compare ./my-model --trust-remote-code --workaround auto": 1,
     "loadguard compare ./my-model --trust-remote-code --workaround auto --repair": 0,
     "loadguard trace ./my-model --trust-remote-code --workaround auto": 1,
+    "loadguard fix ./my-model --out ./my-model-fixed --trust-remote-code": 0,  # patched, proven on 5.x and 4.57
     "loadguard scan ./my-model --trust-remote-code --workaround auto": 1,
     "loadguard scan --from models.txt --trust-remote-code --workaround auto --jobs 4 --format markdown": 1,
     "loadguard env": 0,
@@ -98,10 +99,11 @@ EXIT = {
 
 
 @pytest.mark.skipif(not IS_V5, reason=f"the commands audit loads that transformers {TRANSFORMERS_VERSION} does not break")
-def test_command_lines_run_as_written(tmp_path, monkeypatch, capsys):
+def test_command_lines_run_as_written(tmp_path, monkeypatch, capsys, compat_cache):
     """Each command, in order, in a fresh folder (models.txt lists ./my-model): exit codes as the README says."""
     from loadguard.cli import main
 
+    monkeypatch.setenv("LOADGUARD_CACHE", str(compat_cache))  # fix proves its patch in the cached 4.57 environment
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models.txt").write_text("./my-model\n")
     codes = {}

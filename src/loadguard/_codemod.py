@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ._codemod_parts import _class, _code, _indent, _inside, _method, _parameters, _random, _target_names, _top_level, _walk_statements
+
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -68,15 +70,6 @@ def statement_at(module: cst.Module, line: int) -> tuple[cst.SimpleStatementLine
     return locator.found  # type: ignore[return-value]
 
 
-def _class(module: cst.Module, name: str) -> cst.ClassDef | None:
-    return next((n for n in module.body if isinstance(n, cst.ClassDef) and n.name.value == name), None)
-
-
-def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
-    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-    return next((n for n in body if isinstance(n, cst.FunctionDef) and n.name.value == name), None)
-
-
 class _Names(cst.CSTVisitor):
     """Names an expression reads, less those it binds itself (comprehension targets, lambda parameters)."""
 
@@ -123,10 +116,6 @@ class _Rename(cst.CSTTransformer):
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self.mapping.get(original.value, updated)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node).strip()
 
 
 def _self_call(node: cst.BaseExpression, method: str | None = None) -> cst.Call | None:
@@ -186,17 +175,6 @@ class _Init:
         return init
 
 
-def _walk_statements(block: cst.BaseSuite):
-    for statement in getattr(block, "body", ()):
-        if isinstance(statement, cst.SimpleStatementLine):
-            yield statement
-        elif isinstance(statement, cst.BaseCompoundStatement):
-            yield from _walk_statements(statement.body)
-            orelse = getattr(statement, "orelse", None)
-            if orelse is not None:
-                yield from _walk_statements(orelse.body if isinstance(orelse, (cst.Else, cst.If)) else orelse)
-
-
 def _assignments_before(function: cst.FunctionDef, stop: cst.CSTNode) -> dict[str, list[cst.SimpleStatementLine]]:
     """Local names assigned (``x = ...``) in ``function`` before ``stop``, with the statements, in order."""
     found: dict[str, list[cst.SimpleStatementLine]] = {}
@@ -209,37 +187,6 @@ def _assignments_before(function: cst.FunctionDef, stop: cst.CSTNode) -> dict[st
                 for name in _target_names(target):
                     found.setdefault(name, []).append(statement)
     return found
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for element in target.elements for n in _target_names(element.value)]
-    return [target.value] if isinstance(target, cst.Name) else []
-
-
-def _top_level(function: cst.FunctionDef, statement: cst.CSTNode) -> bool:
-    return any(s is statement for s in function.body.body)
-
-
-def _inside(function: cst.FunctionDef, statement: cst.CSTNode, kinds: tuple[type, ...]) -> bool:
-    """Whether ``statement`` lies under a compound statement of ``kinds`` in ``function``."""
-
-    def search(block, under: bool) -> bool | None:
-        for node in getattr(block, "body", ()):
-            if node is statement:
-                return under
-            if isinstance(node, cst.BaseCompoundStatement):
-                here = under or isinstance(node, kinds)
-                for part in (node.body, getattr(getattr(node, "orelse", None), "body", None)):
-                    if part is not None and (found := search(part, here)) is not None:
-                        return found
-        return None
-
-    return bool(search(function.body, False))
-
-
-def _parameters(function: cst.FunctionDef) -> list[str]:
-    return [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
 
 
 def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: bool, init_param: str = "module", available: frozenset[str] = frozenset()) -> Branch:
@@ -311,6 +258,8 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
             keep.append(name)
             mapping[name] = f"{init_param}.{name}"
     order = [s for s in _walk_statements(init.body) if s in chosen]
+    if any(_random(node) for node in (expression, *order)):
+        raise Refused(f"self.{attribute} is drawn from random numbers: no recompute can give the value the model was saved with")
     rename = _Rename(mapping)
     statements = [_code(s.visit(rename)) for s in order]
     value = _code(expression.visit(rename))
@@ -330,10 +279,6 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
         statements = [f"if getattr({init_param}, {attribute!r}, None) is not None:\n" + _indent(body)]
     position = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)[anchor].start.line
     return Branch(cls.name.value, tuple(statements), frozenset(needed_globals), tuple(keep), (attribute,), position)
-
-
-def _indent(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line if line.strip() else line for line in text.splitlines())
 
 
 def _with_device(call: cst.Call, helper: cst.FunctionDef, attribute: str, on_meta: bool) -> cst.Call:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ._codemod import Branch, Refused, _class, _code, _indent, _method, _parameters
+from ._codemod import Branch, Refused
+from ._codemod_parts import _class, _code, _indent, _method, _parameters
 
 
 def module_names(module: cst.Module) -> dict[str, cst.CSTNode]:

@@ -45,9 +45,9 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
         result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify)
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
-    results = []
+    results, taken = [], set()
     for target in targets:
-        destination = Path(out) / _subfolder(target)
+        destination = Path(out) / _subfolder(target, taken)
         note(f"fixing {target} -> {destination}")
         try:
             results.append(_one(target, destination, trust_remote_code, auto_class, chosen, not no_verify))
@@ -59,9 +59,19 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
     return ExitCode.CLEAN if all(r.ok for r in results) else ExitCode.FINDINGS
 
 
-def _subfolder(target: str) -> str:
-    name = Path(target).name if Path(target).exists() else target.replace("/", "--")
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "model"
+def _subfolder(target: str, taken: set[str]) -> str:
+    """A subfolder name of its own for each model of a fleet: the folder's name (``parent-name``, then a number, when two
+    share it), or the Hub id with ``--`` for ``/``."""
+    path = Path(target)
+    candidates = [path.name, f"{path.parent.name}-{path.name}"] if path.exists() else [target.replace("/", "--")]
+    names = [re.sub(r"[^A-Za-z0-9._-]", "_", c).lstrip(".") or "model" for c in candidates]
+    chosen = next((n for n in names if n not in taken), None)
+    index = 2
+    while chosen is None:
+        chosen = f"{names[0]}-{index}" if f"{names[0]}-{index}" not in taken else None
+        index += 1
+    taken.add(chosen)
+    return chosen
 
 
 def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool):

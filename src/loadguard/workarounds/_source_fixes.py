@@ -52,7 +52,12 @@ def _insert_after_imports(source: str, block: str) -> str:
     tree = cst.parse_module(source)
     body = list(tree.body)
     last = max((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))), default=0)
-    return tree.with_changes(body=[*body[:last], *cst.parse_module(block).body, *body[last:]]).code
+    added = list(cst.parse_module(block).body)
+    added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])  # a definition stands apart, as PEP 8 has it
+    following = body[last:]
+    if following and not following[0].leading_lines:
+        following[0] = following[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return tree.with_changes(body=[*body[:last], *added, *following]).code
 
 
 _ROPE_HELPER = """def _v4_rope_scaling(value):

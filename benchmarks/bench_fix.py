@@ -1,0 +1,65 @@
+"""What ``loadguard fix`` costs, measured side by side with what it is made of. Prints ratios.
+
+    python benchmarks/bench_fix.py            # np_buffer, overwritten and the MiniCPM-V-shaped zoo model
+    python benchmarks/bench_fix.py --quick    # np_buffer only
+
+The target (issue 34): a fix of a model costs at most 2x its audit plus one run in the transformers 4.57 environment.
+Each is measured as a user runs it, in a fresh process, one after the other in this run: ``loadguard audit``,
+``python -m loadguard._fix_prove`` (the 4.57 run: two loads and a comparison) and ``loadguard fix``. The 4.57
+environment is built (or found) once before any timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loadguard import envs, zoo
+
+BIN = Path(sys.executable).parent
+
+
+def run(command: list[str], env: dict | None = None) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if result.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(command)} exited {result.returncode}: {result.stderr[-400:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    options = parser.parse_args()
+    entries = ["np_buffer"] if options.quick else ["np_buffer", "overwritten", "minicpmv_like"]
+    start = time.perf_counter()
+    environment = envs.environment("4.57.6")
+    print(f"4.57.6 environment: {'built' if environment.created else 'found'} in {time.perf_counter() - start:.1f} s ({environment.reason or 'ok'})")
+    if not environment.ok:
+        raise SystemExit("the 4.57.6 environment is needed: run with the package index reachable")
+    compat_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules"), "HF_HUB_OFFLINE": "1"}
+    print(f"{'model':16} {'audit s':>8} {'4.57 run s':>10} {'fix s':>7} {'fix / (2 audit + 4.57 run)':>28}")
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in entries:
+            folder = zoo.build(name, Path(scratch) / name)
+            workarounds = ["--workaround", "auto"]
+            audits, compats, fixes = [], [], []
+            for attempt in range(options.repeat):
+                audits.append(run([str(BIN / "loadguard"), "audit", str(folder), "--trust-remote-code", *workarounds]))
+                compats.append(run([str(environment.python), "-m", "loadguard._fix_prove", str(folder), str(folder), ",".join(zoo.get(name).needed_workarounds)], compat_env))
+                fixes.append(run([str(BIN / "loadguard"), "fix", str(folder), "--out", str(Path(scratch) / f"{name}-fixed-{attempt}"), "--trust-remote-code"]))
+            audit, compat, fix = (statistics.median(v) for v in (audits, compats, fixes))
+            print(f"{name:16} {audit:8.2f} {compat:10.2f} {fix:7.2f} {fix / (2 * audit + compat):28.2f}")
+    print("(medians of", options.repeat, "runs each, alternating; a ratio <= 1.00 meets the target)")
+
+
+if __name__ == "__main__":
+    main()
