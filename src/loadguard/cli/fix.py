@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ._common import ExitCode, note, progress, quiet_transformers
-from ._options import format_option, workarounds_from_option
+from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
 
 
@@ -27,7 +27,9 @@ from ._output import write
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Write the change without proving it (faster; the output and LOADGUARD_FIX.md say it is unverified).")
 @format_option("json", "markdown", help="json: each change with its findings and proofs; markdown: the pull-request description.")
-def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, fmt):
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Models fixed at once (a fleet: each in a child process of its own).")
+@executor_option
+def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, fmt, jobs, executor):
     """Write a copy of MODEL whose code loads right on transformers 5, with LOADGUARD_FIX.md and loadguard-fix.diff.
 
     The copy is proven before it is written: it loads with leftover memory poisoned and no workaround on this
@@ -45,14 +47,11 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
         result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify)
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
-    results, taken = [], set()
-    for target in targets:
-        destination = Path(out) / _subfolder(target, taken)
-        note(f"fixing {target} -> {destination}")
-        try:
-            results.append(_one(target, destination, trust_remote_code, auto_class, chosen, not no_verify))
-        except Exception as error:  # one model that cannot run is a row, not the end of the fleet
-            results.append(_Failed(target, error))
+    taken: set[str] = set()
+    items = [(target, str(Path(out) / _subfolder(target, taken)), trust_remote_code, auto_class, chosen, not no_verify) for target in targets]
+    note(f"fixing {len(items)} models into {out} ({executor.name}, {jobs} at a time)")
+    outcomes = executor.map(_fix_item, items, jobs=jobs, prepare=_prepare)
+    results = [o.value if o.ok else _Failed(target, f"its process failed: {o.error}", "") for (target, *_), o in zip(items, outcomes)]
     write(fmt, _Fixed(results))
     if any(isinstance(r, _Failed) for r in results):
         return ExitCode.PARTIAL
@@ -74,6 +73,28 @@ def _subfolder(target: str, taken: set[str]) -> str:
     return chosen
 
 
+def _prepare() -> None:
+    """Before a fleet's children are forked: torch, transformers and the fix imported once."""
+    import transformers  # noqa: F401
+
+    from .. import fix as _fix_module  # noqa: F401
+
+    quiet_transformers()
+
+
+def _fix_item(item: tuple) -> Any:
+    """One model of a fleet, in its own child: its FixResult, or a row saying why it could not run."""
+    from ..errors import LoadguardError, hint_for
+
+    target, out, trust_remote_code, auto_class, workarounds, verify = item
+    try:
+        return _one(target, Path(out), trust_remote_code, auto_class, workarounds, verify)
+    except LoadguardError as error:
+        return _Failed(target, error.message, hint_for(error, "cli") or "")
+    except Exception as error:  # one model that cannot run is a row, not the end of the fleet
+        return _Failed(target, f"{type(error).__name__}: {error}", "set LOADGUARD_DEBUG=1 and fix it alone to see why")
+
+
 def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool):
     from .._fix_files import model_folder
     from ..fix import fix as run_fix
@@ -86,16 +107,15 @@ def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workaround
 
 @dataclass(frozen=True)
 class _Failed:
+    """A model of a fleet that could not be fixed at all (not found, would not load): why, and what to do."""
+
     model: str
-    error: Any
+    message: str
+    hint: str
     ok = False
 
     def to_dict(self) -> dict:
-        from ..errors import LoadguardError, hint_for
-
-        message = self.error.message if isinstance(self.error, LoadguardError) else f"{type(self.error).__name__}: {self.error}"
-        hint = hint_for(self.error, "cli") if isinstance(self.error, LoadguardError) else ""
-        return {"model": self.model, "status": "could_not_run", "ok": False, "error": {"message": message, "hint": hint or None}}
+        return {"model": self.model, "status": "could_not_run", "ok": False, "error": {"message": self.message, "hint": self.hint or None}}
 
 
 @dataclass(frozen=True)
