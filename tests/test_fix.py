@@ -27,9 +27,16 @@ def digest(folder: Path) -> dict[str, str]:
 def independent_check(folder: Path, entry: str) -> list[str]:
     """The tensors a plain ``from_pretrained`` of ``folder`` (no workaround, leftover memory NaN / INT_MAX through torch's
     own switches) gets wrong against the zoo model built eagerly: the ground truth. Uses nothing of loadguard's audit."""
+    import sys
+
     import torch
     from transformers import AutoModelForCausalLM
 
+    # transformers keeps a folder's remote-code modules by the folder's name: a test's earlier load of another folder of
+    # the same name must not answer for this one
+    stem = Path(folder).name.replace(".", "_dot_").replace("-", "_hyphen_")
+    for name in [n for n in sys.modules if n.split(".")[:2] == ["transformers_modules", stem]]:
+        del sys.modules[name]
     previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
@@ -56,7 +63,7 @@ def compat(compat_cache, monkeypatch):
 def test_np_buffer_is_fixed_proven_and_written_beside_an_untouched_original(zoo_folder, compat, tmp_path):
     folder = zoo_folder("np_buffer")
     before = digest(folder)
-    out = tmp_path / "fixed"
+    out = tmp_path / "np_buffer-fixed"
     result = loadguard.fix(folder, out, trust_remote_code=True)
     assert (result.status, result.ok, result.out) == ("fixed", True, str(out))
     assert {f.tensor for f in result.findings} == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
@@ -85,11 +92,11 @@ def test_np_buffer_is_fixed_proven_and_written_beside_an_untouched_original(zoo_
 ])
 def test_the_fixed_copy_loads_right_on_plain_transformers_with_no_workaround(entry, kinds, zoo_folder, compat, tmp_path):
     folder = zoo_folder(entry)
-    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
+    result = loadguard.fix(folder, tmp_path / f"{entry}-fixed", trust_remote_code=True)
     assert result.status == "fixed", result.to_json()
     assert sorted(c.kind for c in result.changes) == sorted(kinds)
     assert all(p.ok for p in result.proofs)
-    assert independent_check(tmp_path / "fixed", entry) == []
+    assert independent_check(tmp_path / f"{entry}-fixed", entry) == []
 
 
 @v5_only
@@ -154,3 +161,23 @@ def test_a_fleet_writes_one_subfolder_per_model_and_a_row_for_one_that_cannot_ru
     assert "is not a model folder" in rows[1]["error"]["message"]
     assert sorted(p.name for p in (tmp_path / "fixed").iterdir()) == ["model"]  # the zoo folder's name; nothing for the missing one
     assert (tmp_path / "fixed" / "model" / "LOADGUARD_FIX.md").is_file()
+
+
+@v5_only
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", [e.name for e in zoo.entries()])
+def test_every_zoo_entry_gets_the_fix_it_expects(entry, zoo_folder, compat, tmp_path):
+    """Each entry's expected outcome (ZooEntry.fix): a proven patch that an independent check finds right, nothing to
+    change, or no patch and the reason (make test-slow: about 15 s an entry)."""
+    expected = zoo.get(entry).fix
+    out = tmp_path / f"{entry}-fixed"
+    result = loadguard.fix(zoo_folder(entry), out, trust_remote_code=True)
+    if expected == "fixed":
+        assert result.status == "fixed" and all(p.ok for p in result.proofs), result.to_json()
+        assert independent_check(out, entry) == []
+    elif expected == "clean":
+        assert (result.status, result.out) == ("clean", None)
+    else:
+        assert expected.startswith("not fixable: ")
+        assert (result.status, result.out) == ("not_fixed", None) and not out.exists()
+        assert result.refused or any(p.ok is False for p in result.proofs)
