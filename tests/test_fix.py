@@ -126,7 +126,7 @@ def test_cli_json_lists_each_change_with_its_findings(zoo_folder, compat, tmp_pa
     assert document["proofs"][1]["ok"] is True and "logit_scale" in document["proofs"][1]["detail"]  # wrong on 4.57 too, now right there
 
 
-@pytest.mark.parametrize("case", ["missing", "inside", "not_empty", "untrusted"])
+@pytest.mark.parametrize("case", ["missing", "inside", "not_empty", "untrusted", "hub_offline"])
 def test_bad_input_is_one_line_exit_2_and_no_file_written(case, zoo_folder, tmp_path, capsys):
     folder = zoo_folder("np_buffer")
     before = digest(folder)
@@ -137,9 +137,11 @@ def test_bad_input_is_one_line_exit_2_and_no_file_written(case, zoo_folder, tmp_
         "inside": [str(folder), "--out", str(folder / "fixed"), "--trust-remote-code"],
         "not_empty": [str(folder), "--out", str(tmp_path / "full"), "--trust-remote-code"],
         "untrusted": [str(folder), "--out", str(tmp_path / "o")],
+        "hub_offline": ["someorg/some-model", "--out", str(tmp_path / "o"), "--trust-remote-code"],  # HF_HUB_OFFLINE=1 (conftest)
     }[case]
     code, out, err = run_cli(capsys, "fix", *arguments)
     assert code == 2 and err.startswith("Error: ") and "Traceback" not in err
+    assert case != "hub_offline" or "offline" in err
     assert digest(folder) == before and not (tmp_path / "o").exists() and not (folder / "fixed").exists()
 
 
