@@ -190,3 +190,35 @@ def test_workaround_source_fixes_edit_what_the_workaround_stood_in_for():
     assert list(auto["auto_map"]) == ["AutoModelForImageTextToText", "AutoConfig"]
     for text in (typing["modeling_x.py"], fx, llama, validate, reads):
         compile(text, "x.py", "exec")
+
+
+def test_a_helper_a_subclass_overrides_is_called_as_the_base_init_calls_it():
+    """DeepSeek-style YaRN rotary: the subclass overrides the cache helper, the base __init__ calls it."""
+    source = textwrap.dedent('''\
+        import torch
+        from torch import nn
+
+
+        class Rotary(nn.Module):
+            def __init__(self, dim, max_positions=16, device=None):
+                super().__init__()
+                self.dim = dim
+                self.max_positions = max_positions
+                self._set_cache(seq_len=max_positions, device=device)
+
+            def _set_cache(self, seq_len, device):
+                self.register_buffer("cache", torch.ones(seq_len, device=device), persistent=False)
+
+
+        class Yarn(Rotary):
+            def __init__(self, dim, factor=2.0):
+                self.factor = factor
+                super().__init__(dim)
+
+            def _set_cache(self, seq_len, device):
+                self.register_buffer("cache", torch.ones(seq_len, device=device) * self.factor, persistent=False)
+        ''')
+    line = next(i + 1 for i, text in enumerate(source.splitlines()) if "* self.factor" in text)
+    branch = _codemod.recompute(source, line, "cache", "buffer", on_meta=False)
+    # the helper registers a new tensor: made where the loaded one is (a model on a GPU keeps it there)
+    assert (branch.cls, branch.statements) == ("Yarn", ("module._set_cache(seq_len=module.max_positions, device=module.cache.device)",))

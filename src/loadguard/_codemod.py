@@ -213,9 +213,10 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
         anchor, expression, helper = statement, value, None
     else:
         helper = function.name.value
-        calls = [s for s in _walk_statements(init.body) for small in s.body if isinstance(small, cst.Expr) and _self_call(small.value, helper)]
+        init, calls = _calling_init(tree, cls, init, helper)
         if not calls:
-            raise Refused(f"self.{attribute} is made in {cls.name.value}.{helper}(), which {cls.name.value}.__init__ does not call itself")
+            raise Refused(f"self.{attribute} is made in {cls.name.value}.{helper}(), which no __init__ of its class or its bases in this file calls")
+        facts = _Init.of(init)
         anchor = calls[-1]
         expression = next(small.value for small in anchor.body if isinstance(small, cst.Expr) and _self_call(small.value, helper))
         expression = _with_device(expression, function, attribute, on_meta)
@@ -250,8 +251,8 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
             mapping[name] = f"{init_param}.{facts.kept[name]}"
         elif name == "config" and "config" in available:
             mapping[name] = f"{init_param}.config"
-        elif name == "device":  # where __init__ was told to build it: copy_ puts the value where the loaded tensor is
-            mapping[name] = "None"
+        elif name == "device":  # where __init__ was told to build it: where the loaded tensor is (copy_ moves a value there)
+            mapping[name] = f"{init_param}.{attribute}.device" if helper is not None and not on_meta else "None"
         elif name in facts.assigned or name in available:
             raise Refused(f"self.{attribute} depends on the constructor argument {name!r}, which {cls.name.value} does not keep (self.{name} holds something else)")
         else:
@@ -279,6 +280,22 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
         statements = [f"if getattr({init_param}, {attribute!r}, None) is not None:\n" + _indent(body)]
     position = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)[anchor].start.line
     return Branch(cls.name.value, tuple(statements), frozenset(needed_globals), tuple(keep), (attribute,), position)
+
+
+def _calling_init(tree: cst.Module, cls: cst.ClassDef, init: cst.FunctionDef, helper: str) -> tuple[cst.FunctionDef, list]:
+    """The ``__init__`` that calls ``self.<helper>(...)`` for instances of ``cls``: its own, or -- through
+    ``super().__init__`` -- a base class's of the same file (a subclass overriding the helper the base calls)."""
+    for _ in range(4):
+        calls = [s for s in _walk_statements(init.body) for small in s.body if isinstance(small, cst.Expr) and _self_call(small.value, helper)]
+        if calls:
+            return init, calls
+        bases = [_class(tree, _code(b.value)) for b in cls.bases if isinstance(b.value, cst.Name)]
+        supers = any(isinstance(small, cst.Expr) and _code(small.value).replace(" ", "").startswith("super().__init__(") for st in _walk_statements(init.body) for small in st.body)
+        found = next(((b, m) for b in bases if b is not None and (m := _method(b, "__init__")) is not None), None)
+        if not supers or found is None:
+            return init, []
+        cls, init = found
+    return init, []
 
 
 def _with_device(call: cst.Call, helper: cst.FunctionDef, attribute: str, on_meta: bool) -> cst.Call:
