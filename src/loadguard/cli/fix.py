@@ -15,11 +15,11 @@ from ._output import write
 
 
 @click.command()
-@click.argument("paths", nargs=-1)
+@click.argument("paths", nargs=-1, metavar="[MODEL]...")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Where the fixed copy goes (new or empty; with several models or --from, one subfolder per model).")
 @click.option("--from", "from_file", default=None, metavar="FILE", help="A file with one model folder or Hub id per line (# comments).")
-@click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first): fix loads it, twice.")
+@click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first): fix runs it in each load (the audit, both proofs).")
 @click.option("--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names.")
 @click.option("--workaround", "workarounds", multiple=True, metavar="NAME",
               help="What the original's load may use (default: auto). Each one it needed becomes a source edit: the fixed copy needs none.")
