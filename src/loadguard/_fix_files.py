@@ -107,6 +107,9 @@ def notes(result: Any) -> str:
         for refusal in result.refused:
             where = f" (`{refusal.location}`)" if refusal.location else ""
             lines.append(f"- {f'`{refusal.tensor}`: ' if refusal.tensor else ''}{refusal.reason}{where}")
+    if result.upstream:
+        lines += ["", "## For transformers itself", "", "Tensors made by transformers' own classes need the change there (not applied, not proven "
+                  "by a load: it changes transformers):", "", "```diff", result.upstream.rstrip("\n"), "```"]
     lines += ["", "## Evidence", ""]
     if not result.proofs:
         lines.append("- not proven: written with `--no-verify`")

@@ -165,7 +165,7 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
         attribute = finding.tensor.rpartition(".")[2]
         target = _init_weights_owner(model, finding.module, plan.original)
         if target is None:
-            plan.refused.append(Refusal(finding.tensor, finding.status, "the _init_weights transformers calls for it is transformers' own code: an upstream change", finding.location))
+            plan.refused.append(Refusal(finding.tensor, finding.status, "the _init_weights transformers calls for it is transformers' own code: an upstream change (result.upstream; `loadguard audit --reproducer DIR` writes it as transformers-upstream.diff)", finding.location))
             continue
         if finding.status == "overwritten":
             overwritten.setdefault(target, []).append(finding.tensor)

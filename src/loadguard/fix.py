@@ -70,6 +70,9 @@ class FixResult:
     diff: str
     versions: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    upstream: str = ""
+    """For tensors transformers' own classes leave wrong: the same change as a diff against the installed transformers
+    source (``src/transformers/...``), for a pull request there; not applied, not proven by a load."""
 
     @property
     def ok(self) -> bool:
@@ -81,7 +84,7 @@ class FixResult:
             "findings": [f.to_dict() for f in self.findings], "workarounds": list(self.workarounds),
             "changes": [c.to_dict() for c in self.changes], "refused": [r.to_dict() for r in self.refused],
             "proofs": [p.to_dict() for p in self.proofs], "diff": self.diff, "versions": dict(self.versions),
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "upstream": self.upstream or None,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -120,11 +123,14 @@ def fix(
     if not findings and not needed:
         return FixResult(str(path), None, "clean", findings, needed, (), (), (), "", dict(report.versions), seconds)
     plan = plan_fix(model, report, folder, list(needed))
+    from ._upstream import upstream_patch
+
+    upstream = upstream_patch(model, report)
     del model
     diff = _diff(plan.original, plan.files)
     base = (str(path), findings, needed, tuple(plan.changes), tuple(plan.refused))
     if not plan.files:
-        return FixResult(base[0], None, "not_fixed", *base[1:], (), "", dict(report.versions), seconds)
+        return FixResult(base[0], None, "not_fixed", *base[1:], (), "", dict(report.versions), seconds, upstream)
     staging = stage(folder, target, plan.files, diff)
     try:
         proofs: tuple[Proof, ...] = ()
@@ -136,7 +142,7 @@ def fix(
             proofs += (_unchanged_before_v5(folder, staging, compat_version, needed),)
             seconds["prove_compat"] = time.perf_counter() - start
         status = _status(verify, proofs, plan.refused)
-        result = FixResult(base[0], str(target) if status != "not_fixed" else None, status, *base[1:], proofs, diff, dict(report.versions), seconds)
+        result = FixResult(base[0], str(target) if status != "not_fixed" else None, status, *base[1:], proofs, diff, dict(report.versions), seconds, upstream)
         if status != "not_fixed":
             publish(staging, target, result)
         return result

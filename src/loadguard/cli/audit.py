@@ -54,7 +54,7 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     current = after_workarounds or report
     repaired = run_repair(model, current) if do_repair and not current.ok else None
     if reproducer_dir and not report.ok:
-        _write_reproducers(report, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
+        _write_reproducers(model, report, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
     write(fmt, _Audited(str(path), report, repaired, after_workarounds, timings))
     return ExitCode.CLEAN if report.ok else ExitCode.FINDINGS
 
@@ -118,7 +118,7 @@ class _NotLoaded:
         pass
 
 
-def _write_reproducers(report, folder, path, auto_class, trust_remote_code, dtype, placement, early) -> None:
+def _write_reproducers(model, report, folder, path, auto_class, trust_remote_code, dtype, placement, early) -> None:
     import transformers
 
     from .. import _hf
@@ -131,6 +131,14 @@ def _write_reproducers(report, folder, path, auto_class, trust_remote_code, dtyp
     written = write_reproducers(report, folder, model=str(path), auto_class=name, from_pretrained=kwargs, workarounds=applied)
     for script in written:
         stderr().print(f"wrote {script} (python {script}: exit 1 while it is wrong)", highlight=False)
+    from pathlib import Path
+
+    from .._upstream import upstream_patch
+
+    diff = upstream_patch(model, report)  # what transformers' own classes leave wrong, fixed where transformers would
+    if diff:
+        (Path(folder) / "transformers-upstream.diff").write_text(diff)
+        stderr().print(f"wrote {Path(folder) / 'transformers-upstream.diff'} (the same change against transformers' source, for a pull request)", highlight=False)
     unsupported = sorted({f.check for f in report.failures} - {p.stem.removeprefix("reproduce_") for p in written})
     if unsupported:
         stderr().print(f"no reproducer for: {', '.join(unsupported)}", highlight=False)

@@ -158,6 +158,8 @@ def _print_one(result, out, err) -> None:
     for refusal in result.refused:
         where = f" [at {escape(refusal.location)}]" if refusal.location else ""
         out.print(f"  left for a person: {escape(refusal.tensor + ': ' if refusal.tensor else '')}{escape(refusal.reason)}{where}", highlight=False)
+    if result.upstream:
+        out.print("  the change transformers itself needs: --format json's \"upstream\" diff, or `loadguard audit MODEL --reproducer DIR`", highlight=False)
     for proof in result.proofs:
         mark = {True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok]
         out.print(f"  proof on transformers {escape(proof.transformers)}, {proof.name.replace('_', ' ')}: {mark}: {escape(proof.detail)}", highlight=False)
