@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ._text import cell
+
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
 DIFF = "loadguard-fix.diff"
 NOTES = "LOADGUARD_FIX.md"
@@ -92,8 +94,8 @@ def notes(result: Any) -> str:
               "buffer fresh, uninitialized memory; only what the model's `_init_weights` rebuilds is restored "
               "(huggingface/transformers#48892, answered upstream as \"fix per model\"). Loading this model left:", "",
               "| tensor | status | made at |", "|---|---|---|"]
-    for finding in result.findings:
-        lines.append(f"| `{finding.tensor}` | {finding.status} | {f'`{finding.location}`' if finding.location else '-'} |")
+    for finding in result.findings:  # names the model controls: one row each, no markup of theirs
+        lines.append(f"| `{cell(finding.tensor)}` | {cell(finding.status)} | {f'`{cell(finding.location)}`' if finding.location else '-'} |")
     if result.workarounds:
         lines += ["", "The code also needed these adjustments to load on transformers 5: " + ", ".join(f"`{w}`" for w in result.workarounds) + "."]
     lines += ["", "## What this change does", ""]

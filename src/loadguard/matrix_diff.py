@@ -64,9 +64,11 @@ def diff(result: Matrix, before: str, after: str) -> tuple[VerdictChange, ...]:
 
 
 def markdown(changes) -> str:
+    from ._text import cell
+
     lines = ["| model | change | before | after |", "|---|---|---|---|"]
     for c in changes:
-        lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in (c.model, c.change, c.before, c.after)) + " |")
+        lines.append("| " + " | ".join(cell(x) for x in (c.model, c.change, c.before, c.after)) + " |")
     return "\n".join(lines)
 
 

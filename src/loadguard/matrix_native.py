@@ -104,10 +104,12 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
 
 
 def markdown(diff: NativeDiff) -> str:
+    from ._text import cell
+
     lines = ["| class | " + " | ".join(f"transformers {v}" for v in diff.versions) + " |", "|---" * (len(diff.versions) + 1) + "|"]
     for label in diff.changed:
-        cells = [diff.verdicts[label].get(v, "absent").replace("|", "\\|") for v in diff.versions]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        cells = [cell(diff.verdicts[label].get(v, "absent")) for v in diff.versions]
+        lines.append(f"| {cell(label)} | " + " | ".join(cells) + " |")
     if not diff.changed:
         lines.append("| (none) | " + " | ".join("same verdicts" for _ in diff.versions) + " |")
     return "\n".join(lines)

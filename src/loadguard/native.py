@@ -167,6 +167,7 @@ def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.
 
 def markdown(rows: list[dict]) -> str:
     """The failing classes as a Markdown report to paste into an upstream issue: tensor, status, class, where."""
+    from ._text import cell
     from .report import failing
 
     lines = ["| class | tensor | status | what happens |", "|---|---|---|---|"]
@@ -174,8 +175,8 @@ def markdown(rows: list[dict]) -> str:
         if not row.get("scanned"):
             continue
         for finding in failing(row["findings"]):
-            detail = finding["detail"].replace("predicted: ", "").replace("|", "\\|")
-            lines.append(f"| {row['model']} | `{finding['tensor']}` | {finding['status']} | {detail} |")
+            detail = finding["detail"].replace("predicted: ", "")
+            lines.append(f"| {cell(row['model'])} | `{cell(finding['tensor'])}` | {cell(finding['status'])} | {cell(detail)} |")
     if len(lines) == 2:
         lines.append("| (none) | | | every class predicted clean |")
     return "\n".join(lines)

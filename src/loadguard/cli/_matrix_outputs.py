@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .._text import cell
+
 
 def _cell_text(cell) -> str:
     from ..report import failing as failing_findings
@@ -29,7 +31,7 @@ def _markdown(matrix) -> str:
     header = "| model | " + " | ".join(f"transformers {v}" for v in matrix.versions) + " |"
     lines = [header, "|---" * (len(matrix.versions) + 1) + "|"]
     for model in matrix.models:
-        lines.append(f"| {model} | " + " | ".join(_cell_text(matrix.cell(model, v)).replace("|", "\\|") for v in matrix.versions) + " |")
+        lines.append(f"| {cell(model)} | " + " | ".join(cell(_cell_text(matrix.cell(model, v))) for v in matrix.versions) + " |")
         for m, name, row in matrix.workaround_rows():
             if m == model:
                 lines.append(f"| ↳ workaround `{name}` | " + " | ".join(row[v] for v in matrix.versions) + " |")
@@ -171,7 +173,7 @@ class Bisections:
             before = next(c for c in result.cells if c.transformers == result.low).verdict()
             after = next(c for c in result.cells if c.transformers == first).verdict() if first else before
             cells = [result.model, first or f"unchanged {result.low}..{result.high}", before, after]
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
         return "\n".join(lines)
 
     def table(self, out, err) -> None:

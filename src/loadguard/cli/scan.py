@@ -97,10 +97,12 @@ def _workarounds(row: dict) -> str:
 
 
 def _markdown(rows: list[dict]) -> str:
+    from .._text import cell
+
     lines = ["| model | class | verdict | what a load gets wrong (predicted) | workarounds / hint |", "|---|---|---|---|---|"]
     for row in rows:
         cells = [row["model"], row.get("model_class", ""), _verdict(row), _tensors(row), _workarounds(row)]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
     return "\n".join(lines)
 
 

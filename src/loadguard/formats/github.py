@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 
+from .._text import cell, visible
 from ._rows import Row
 
 
 def _data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message: control characters a model put there shown escaped, line breaks encoded, so the
+    command is one line the model's text cannot end."""
+    return visible(text, keep="\r\n").replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _property(text: str) -> str:
@@ -32,7 +35,7 @@ def summary(rows: list[Row], command: str) -> str:
             verdict = "clean" if row.ok else f"{row.run_failure.kind}, {len(row.failures)} wrong" if row.run_failure else f"{len(row.failures)} wrong"
             what = (f"{row.run_failure.message.splitlines()[0]}; " if row.run_failure else "") + ", ".join(f"`{f.tensor}` ({f.status})" + (f" at `{f.location}`" if f.location else "") for f in row.failures[:8])
             what += f" and {len(row.failures) - 8} more" if len(row.failures) > 8 else ""
-        lines.append(f"| {row.model} | {verdict} | {what.replace('|', '/')} |")
+        lines.append(f"| {cell(row.model)} | {cell(verdict)} | {cell(what)} |")
     return "\n".join(lines) + "\n"
 
 
