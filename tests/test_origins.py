@@ -75,7 +75,9 @@ def _line(folder: Path, location: str) -> str:
 ])
 def test_audit_and_scan_locate_findings_in_the_models_folder(zoo_folder, name, expected):
     folder = Path(zoo_folder(name))
-    audited = loadguard.audit(load(folder), folder)
+    with loadguard.poison():  # leftover memory never passes for a value (a freed copy of the right arange did once)
+        model = load(folder)
+    audited = loadguard.audit(model, folder)
     scanned = loadguard.scan(folder, trust_remote_code=True)
     for report in (audited, scanned):
         located = {f.tensor: f.location for f in report.failures}
