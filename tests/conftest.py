@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,6 +63,22 @@ def compat_cache(tmp_path_factory):
     """A cache holding the transformers 4.57.6 environment, where ``fix`` proves its patch changes nothing before v5;
     the tests set LOADGUARD_CACHE to it."""
     return environments_cache(tmp_path_factory, ("4.57.6",))
+
+
+@contextlib.contextmanager
+def torch_fills_uninitialized():
+    """Leftover memory NaN / INT_MAX through torch's own switches (not loadguard.poison: the independent checks of fix's
+    output use nothing of loadguard), both restored after."""
+    import torch
+
+    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+        torch.utils.deterministic.fill_uninitialized_memory = previous[2]
 
 
 def all_tensors(model) -> dict:

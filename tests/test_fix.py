@@ -15,7 +15,7 @@ import pytest
 import loadguard
 from loadguard import zoo
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, run_cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, run_cli, torch_fills_uninitialized
 
 v5_only = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads the zoo right: nothing to fix (test_on_4_57_there_is_nothing_to_fix)")
 
@@ -37,14 +37,8 @@ def independent_check(folder: Path, entry: str) -> list[str]:
     stem = Path(folder).name.replace(".", "_dot_").replace("-", "_hyphen_")
     for name in [n for n in sys.modules if n.split(".")[:2] == ["transformers_modules", stem]]:
         del sys.modules[name]
-    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
+    with torch_fills_uninitialized():
         loaded = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-        torch.utils.deterministic.fill_uninitialized_memory = previous[2]
     truth, got = all_tensors(zoo.build_model(entry)), all_tensors(loaded)
     wrong = sorted(set(truth) ^ set(got))
     for name in sorted(set(truth) & set(got)):

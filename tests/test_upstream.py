@@ -10,9 +10,8 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli, torch_fills_uninitialized
 
 
 @pytest.fixture
@@ -52,14 +51,8 @@ def test_the_reproducer_folder_gets_the_patch_transformers_needs_and_it_works(cl
     sys.modules[spec.name] = patched
     try:
         spec.loader.exec_module(patched)
-        previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.utils.deterministic.fill_uninitialized_memory = True
-        try:
+        with torch_fills_uninitialized():
             model = patched.CLIPModel.from_pretrained(clip_without_logit_scale)
-        finally:
-            torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-            torch.utils.deterministic.fill_uninitialized_memory = previous[2]
     finally:
         sys.modules.pop(spec.name, None)
     assert math.isclose(model.logit_scale.detach().item(), model.config.logit_scale_init_value, rel_tol=1e-6)

@@ -77,3 +77,57 @@ def _random(node: cst.CSTNode) -> bool:
 
     node.visit(Calls())
     return any(found)
+
+
+def module_names(module: cst.Module) -> dict[str, cst.CSTNode]:
+    """Names the file binds at module level, with the statement that binds them (imports, defs, classes, assignments)."""
+    bound: dict[str, cst.CSTNode] = {}
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            bound[statement.name.value] = statement
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        bound[(alias.evaluated_alias or alias.evaluated_name).split(".")[0]] = statement
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        bound[alias.evaluated_alias or alias.evaluated_name] = statement
+                elif isinstance(small, (cst.Assign, cst.AnnAssign)):
+                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    for target in targets:
+                        if isinstance(target, cst.Name):
+                            bound[target.value] = statement
+        elif isinstance(statement, (cst.If, cst.Try)):  # try: import x / except ImportError: ...
+            for name, node in module_names(cst.Module(body=list(statement.body.body))).items():
+                bound.setdefault(name, statement)
+    return bound
+
+
+def _after_docstring(body: list[cst.BaseStatement]) -> int:
+    first = body[0] if body else None
+    if isinstance(first, cst.SimpleStatementLine) and first.body and isinstance(first.body[0], cst.Expr) and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        return 1
+    return 0
+
+
+def bound_names(source: str) -> set[str]:
+    return set(module_names(cst.parse_module(source)))
+
+
+def import_of(source: str, name: str, module_stem: str) -> str | None:
+    """The import statement that gives another file of the same folder ``name`` as ``source`` (a file named
+    ``module_stem``) has it: the same import line where ``source`` imports it, a relative import where it defines it."""
+    statement = module_names(cst.parse_module(source)).get(name)
+    if statement is None:
+        return None
+    if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom)):
+        small = statement.body[0]
+        aliases = [a for a in small.names if (a.evaluated_alias or a.evaluated_name).split(".")[0] == name] if not isinstance(small.names, cst.ImportStar) else []
+        alias = aliases[0]
+        text = alias.evaluated_name + (f" as {alias.evaluated_alias}" if alias.evaluated_alias else "")
+        if isinstance(small, cst.Import):
+            return f"import {text}"
+        dots = "." * len(small.relative)
+        return f"from {dots}{_code(small.module) if small.module else ''} import {text}"
+    return f"from .{module_stem} import {name}"

@@ -7,32 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ._codemod import Branch, Refused
-from ._codemod_parts import _class, _code, _indent, _method, _parameters
-
-
-def module_names(module: cst.Module) -> dict[str, cst.CSTNode]:
-    """Names the file binds at module level, with the statement that binds them (imports, defs, classes, assignments)."""
-    bound: dict[str, cst.CSTNode] = {}
-    for statement in module.body:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            bound[statement.name.value] = statement
-        elif isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        bound[(alias.evaluated_alias or alias.evaluated_name).split(".")[0]] = statement
-                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                    for alias in small.names:
-                        bound[alias.evaluated_alias or alias.evaluated_name] = statement
-                elif isinstance(small, (cst.Assign, cst.AnnAssign)):
-                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-                    for target in targets:
-                        if isinstance(target, cst.Name):
-                            bound[target.value] = statement
-        elif isinstance(statement, (cst.If, cst.Try)):  # try: import x / except ImportError: ...
-            for name, node in module_names(cst.Module(body=list(statement.body.body))).items():
-                bound.setdefault(name, statement)
-    return bound
+from ._codemod_parts import _after_docstring, _class, _code, _indent, _method, _parameters, bound_names, import_of, module_names
 
 
 def merge(branches: list[Branch]) -> list[Branch]:
@@ -48,35 +23,6 @@ def merge(branches: list[Branch]) -> list[Branch]:
         out[branch.cls] = Branch(branch.cls, statements, known.globals | branch.globals, tuple(dict.fromkeys(known.keep + branch.keep)),
                                  known.tensors + branch.tensors, known.line)
     return list(out.values())
-
-
-def _after_docstring(body: list[cst.BaseStatement]) -> int:
-    first = body[0] if body else None
-    if isinstance(first, cst.SimpleStatementLine) and first.body and isinstance(first.body[0], cst.Expr) and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
-        return 1
-    return 0
-
-
-def bound_names(source: str) -> set[str]:
-    return set(module_names(cst.parse_module(source)))
-
-
-def import_of(source: str, name: str, module_stem: str) -> str | None:
-    """The import statement that gives another file of the same folder ``name`` as ``source`` (a file named
-    ``module_stem``) has it: the same import line where ``source`` imports it, a relative import where it defines it."""
-    statement = module_names(cst.parse_module(source)).get(name)
-    if statement is None:
-        return None
-    if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom)):
-        small = statement.body[0]
-        aliases = [a for a in small.names if (a.evaluated_alias or a.evaluated_name).split(".")[0] == name] if not isinstance(small.names, cst.ImportStar) else []
-        alias = aliases[0]
-        text = alias.evaluated_name + (f" as {alias.evaluated_alias}" if alias.evaluated_alias else "")
-        if isinstance(small, cst.Import):
-            return f"import {text}"
-        dots = "." * len(small.relative)
-        return f"from {dots}{_code(small.module) if small.module else ''} import {text}"
-    return f"from .{module_stem} import {name}"
 
 
 def _block(text: str) -> list[cst.BaseStatement]:
@@ -154,8 +100,28 @@ def ensure_imports(source: str, imports: list[str]) -> str:
     if not wanted:
         return source
     body = list(tree.body)
-    last = max((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))), default=_after_docstring(body))
+    last = _after_imports(body)
     return tree.with_changes(body=[*body[:last], *wanted, *body[last:]]).code
+
+
+def _after_imports(body: list[cst.BaseStatement]) -> int:
+    """Where a new top-level statement goes: after the last top-level import, else after the module's docstring."""
+    return max((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))),
+               default=_after_docstring(body))
+
+
+def define_after_imports(source: str, block: str) -> str:
+    """``source`` with the top-level definitions of ``block`` (a ``def``, a ``try`` import) after its imports, set apart by
+    two blank lines as PEP 8 has it."""
+    tree = cst.parse_module(source)
+    body = list(tree.body)
+    last = _after_imports(body)
+    added = list(cst.parse_module(block).body)
+    added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    following = body[last:]
+    if following and not following[0].leading_lines:
+        following[0] = following[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return tree.with_changes(body=[*body[:last], *added, *following]).code
 
 
 _INIT_FUNCTIONS = ("normal_", "uniform_", "zeros_", "ones_", "constant_", "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
@@ -337,4 +303,4 @@ def config_reads(source: str, defaults: dict[str, object]) -> str:
     return cst.parse_module(source).visit(Reads()).code
 
 
-__all__ = ["accept_keywords", "append_to_init", "method_calls", "class_assignments", "config_reads", "import_as", "set_class_attribute", "add_branches", "bound_names", "ensure_imports", "guard_writes", "import_of", "init_weights_parameter", "keep_arguments", "merge", "module_names"]
+__all__ = ["accept_keywords", "append_to_init", "define_after_imports", "method_calls", "class_assignments", "config_reads", "import_as", "set_class_attribute", "add_branches", "bound_names", "ensure_imports", "guard_writes", "import_of", "init_weights_parameter", "keep_arguments", "merge", "module_names"]

@@ -83,16 +83,21 @@ def sources(folder: Path) -> dict[str, str]:
     return out
 
 
-def _remote_file(cls: type, original: dict[str, str]) -> str | None:
-    """The model-folder file that defines ``cls`` (None: not the model's own code). Remote-code modules may be gone from
+def class_file(cls: type) -> str | None:
+    """The file that defines ``cls``, named as :func:`loadguard._locations.source_path` names it (``modeling_x.py`` for
+    remote code, ``transformers/models/...`` for transformers' own). Remote-code modules may be gone from
     ``sys.modules`` after a load: the file is read off the class's own functions then."""
-    path = None
     try:
         path = inspect.getsourcefile(cls)
     except (TypeError, OSError):
         code = next((f.__code__ for f in vars(cls).values() if hasattr(f, "__code__")), None)
         path = code.co_filename if code is not None else getattr(sys.modules.get(cls.__module__), "__file__", None)
-    name = source_path(path) if path else None
+    return source_path(path) if path else None
+
+
+def _remote_file(cls: type, original: dict[str, str]) -> str | None:
+    """The model-folder file that defines ``cls`` (None: not the model's own code)."""
+    name = class_file(cls)
     return name if name in original else None
 
 
@@ -182,19 +187,15 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
             continue
         key = (finding.location, attribute)
         if key not in seen:
+            placed = _beside(model, finding.module, file, target, plan.original)
             try:
                 live = model.get_submodule(finding.module)
-                parameter = _codemod_write.init_weights_parameter(plan.source(target[0]), target[1]) or "module"
+                parameter = _codemod_write.init_weights_parameter(plan.source(placed[0]), placed[1]) or "module"
                 made = _codemod.recompute(plan.original[file], line, attribute, finding.kind, on_meta=key in meta, init_param=parameter,
                                           available=frozenset(n for n in ("config",) if hasattr(live, n)))
             except _codemod.Refused as why:
                 seen[key] = f"{why}: recompute it in _init_weights by hand"
             else:
-                placed = _beside(model, finding.module, file, target, plan.original)
-                if placed != target:
-                    parameter = _codemod_write.init_weights_parameter(plan.source(placed[0]), placed[1]) or "module"
-                    made = _codemod.recompute(plan.original[file], line, attribute, finding.kind, on_meta=key in meta, init_param=parameter,
-                                              available=frozenset(n for n in ("config",) if hasattr(live, n)))
                 seen[key] = (placed, dataclasses.replace(made, tensors=()))
                 branches.setdefault(placed, []).append(seen[key][1])
                 keep.setdefault((file, made.cls), set()).update(made.keep)

@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 from pathlib import Path
 from typing import Any
 
 from . import _codemod
-from ._fixplan import _RECOMPUTED, Plan, _add_branches, _owner, _split
-from ._locations import source_path
+from ._fixplan import _RECOMPUTED, Plan, _add_branches, _owner, _split, class_file
 from .report import AuditReport
 
 
 def _transformers_file(cls: type) -> str | None:
-    try:
-        path = inspect.getsourcefile(cls)
-    except (TypeError, OSError):
-        return None
-    name = source_path(path) if path else ""
+    name = class_file(cls) or ""
     return name if name.startswith("transformers/") else None
 
 

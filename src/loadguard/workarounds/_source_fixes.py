@@ -20,6 +20,8 @@ def fallback_import(sources: dict[str, str], name: str, modules: tuple[str, ...]
     the fallback (the same code on 4.x, where the import works)."""
     import libcst as cst
 
+    from .._codemod_write import define_after_imports
+
     edited = {}
     for file, text in _python(sources).items():
         tree = cst.parse_module(text)
@@ -42,22 +44,8 @@ def fallback_import(sources: dict[str, str], name: str, modules: tuple[str, ...]
         if found:
             body = "\n".join("    " + line for line in fallback.splitlines())
             block = f"try:\n    from {found[0]} import {name}\nexcept ImportError:  # removed in transformers 5\n{body}\n"
-            edited[file] = _insert_after_imports(new.code, block)
+            edited[file] = define_after_imports(new.code, block)
     return edited, f"imports {name} where transformers has it, else defines it as transformers 4 did"
-
-
-def _insert_after_imports(source: str, block: str) -> str:
-    import libcst as cst
-
-    tree = cst.parse_module(source)
-    body = list(tree.body)
-    last = max((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))), default=0)
-    added = list(cst.parse_module(block).body)
-    added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])  # a definition stands apart, as PEP 8 has it
-    following = body[last:]
-    if following and not following[0].leading_lines:
-        following[0] = following[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    return tree.with_changes(body=[*body[:last], *added, *following]).code
 
 
 _ROPE_HELPER = """def _v4_rope_scaling(value):
@@ -71,6 +59,8 @@ def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
     """Reads of ``<...>.rope_scaling`` go through a helper the file defines, giving plain RoPE back as None (what 4.x
     configs held: the code's own ``if rope_scaling is None`` branch runs again); on 4.x the value passes unchanged."""
     import libcst as cst
+
+    from .._codemod_write import define_after_imports
 
     edited = {}
     for file, text in _python(sources).items():
@@ -88,7 +78,7 @@ def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
 
         new = cst.parse_module(text).visit(Reads()).code
         if count[0]:
-            edited[file] = _insert_after_imports(new, _ROPE_HELPER)
+            edited[file] = define_after_imports(new, _ROPE_HELPER)
     return edited, "reads config.rope_scaling through _v4_rope_scaling: plain RoPE is None again, as in transformers 4 configs"
 
 
