@@ -176,24 +176,31 @@ def _on_new_model_classes(patch) -> Iterator[None]:
     model's remote code is imported afresh inside a ``before_import`` workaround)."""
     from transformers import PreTrainedModel
 
-    original = PreTrainedModel.__dict__.get("__init_subclass__")
+    with on_new_subclasses(PreTrainedModel, patch):
+        yield
+
+
+@contextlib.contextmanager
+def on_new_subclasses(base: type, patch) -> Iterator[None]:
+    """``patch(cls)`` on every subclass of ``base`` defined outside transformers while the block runs."""
+    original = base.__dict__.get("__init_subclass__")
 
     def __init_subclass__(cls, **kwargs):
         if original is not None:
             original.__func__(cls, **kwargs)
         else:
-            super(PreTrainedModel, cls).__init_subclass__(**kwargs)
+            super(base, cls).__init_subclass__(**kwargs)
         if _outside_transformers(cls):
             patch(cls)
 
-    PreTrainedModel.__init_subclass__ = classmethod(__init_subclass__)
+    base.__init_subclass__ = classmethod(__init_subclass__)
     try:
         yield
     finally:
         if original is None:
-            del PreTrainedModel.__init_subclass__
+            del base.__init_subclass__
         else:
-            PreTrainedModel.__init_subclass__ = original
+            base.__init_subclass__ = original
 
 
 _BEFORE_4_57 = {"_supports_flash_attn_2", "_supports_cache_class", "_supports_static_cache", "_supports_quantized_cache"}
@@ -255,12 +262,18 @@ def _sources(path) -> list[str]:
 # tie_weights(self): 5.x calls it with missing_keys= and recompute_mapping=
 
 
-def _takes_v5_keywords(function) -> bool:
+def takes_keywords(function, *names: str) -> bool:
+    """Whether ``function`` accepts the keyword arguments ``names`` (each by name, or through ``**kwargs``); one whose
+    signature cannot be read is taken to."""
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return True
-    return "missing_keys" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return all(n in parameters for n in names) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def _takes_v5_keywords(function) -> bool:
+    return takes_keywords(function, "missing_keys")
 
 
 @workaround(

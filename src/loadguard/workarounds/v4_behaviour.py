@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from ._registry import Usage, workaround
 from ._source_fixes import accepting
+from .v4_api import on_new_subclasses, takes_keywords
 from .remote_code import has_remote_code
 
 # ----------------------------------------------------------------------------------------------------
@@ -241,21 +242,11 @@ def nested_from_pretrained(path, config: dict) -> Iterator[Usage]:
 # GenerationConfig.validate(self): 5.x calls it with user_set_attributes= (and strict=)
 
 
-def _takes_keywords(function, *names: str) -> bool:
-    import inspect
-
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return True
-    return all(n in parameters for n in names) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-
-
 def _validate_passes_keywords() -> bool:
     """Whether the running transformers calls ``GenerationConfig.validate`` with keywords (5.x: user_set_attributes)."""
     from transformers import GenerationConfig
 
-    return _takes_keywords(GenerationConfig.validate, "user_set_attributes")
+    return takes_keywords(GenerationConfig.validate, "user_set_attributes")
 
 
 @workaround(
@@ -278,16 +269,11 @@ def generation_validate(path, config: dict) -> Iterator[Usage]:
     from transformers import GenerationConfig
 
     usage = Usage()
-    original = GenerationConfig.__dict__.get("__init_subclass__")
     adapted: list[str] = []
 
-    def __init_subclass__(cls, **kwargs):
-        if original is not None:
-            original.__func__(cls, **kwargs)
-        else:
-            super(GenerationConfig, cls).__init_subclass__(**kwargs)
+    def patch(cls) -> None:
         own = vars(cls).get("validate")
-        if own is None or _takes_keywords(own, "user_set_attributes"):
+        if own is None or takes_keywords(own, "user_set_attributes"):
             return
 
         @functools.wraps(own)
@@ -298,16 +284,8 @@ def generation_validate(path, config: dict) -> Iterator[Usage]:
         cls.validate = validate
         adapted.append(cls.__name__)
 
-    if _validate_passes_keywords():
-        GenerationConfig.__init_subclass__ = classmethod(__init_subclass__)
-    try:
+    with on_new_subclasses(GenerationConfig, patch) if _validate_passes_keywords() else contextlib.nullcontext():
         yield usage
-    finally:
-        if _validate_passes_keywords():
-            if original is None:
-                del GenerationConfig.__init_subclass__
-            else:
-                GenerationConfig.__init_subclass__ = original
     if adapted:
         usage.detail = f"called {', '.join(adapted)}.validate() the 4.x way, without transformers 5's keywords"
 
