@@ -177,3 +177,18 @@ def test_every_zoo_entry_gets_the_fix_it_expects(entry, zoo_folder, compat, tmp_
         assert expected.startswith("not fixable: ")
         assert (result.status, result.out) == ("not_fixed", None) and not out.exists()
         assert result.refused or any(p.ok is False for p in result.proofs)
+
+
+@v5_only
+def test_a_link_leaving_the_model_folder_is_never_followed_into_the_fixed_copy(zoo_folder, tmp_path, capsys):
+    """Its content would land in the fixed copy, and in a pull request: refused, exit 2, nothing written."""
+    import shutil
+
+    folder = tmp_path / "linked"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the model's")
+    (folder / "notes.txt").symlink_to(secret)
+    code, out, err = run_cli(capsys, "fix", str(folder), "--out", str(tmp_path / "fixed"), "--trust-remote-code", "--no-verify")
+    assert code == 2 and "notes.txt" in err and "link leaving the model's folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linked", "secret.txt"]  # no output, no staging folder left

@@ -44,12 +44,25 @@ def _link(source: Path, target: Path) -> None:
         target.symlink_to(real)
 
 
+def _roots(top: Path) -> tuple[Path, ...]:
+    """Where a link in the model's folder may lead: the folder itself, and for a Hub snapshot in the Hugging Face cache
+    (``.../snapshots/<commit>``) its repository's ``blobs``."""
+    resolved = top.resolve()
+    return (resolved, resolved.parent.parent / "blobs") if resolved.parent.name == "snapshots" else (resolved,)
+
+
 def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -> None:
+    from .errors import InvalidOptionError
+
     target.mkdir(parents=True, exist_ok=True)
     for entry in sorted(source.iterdir()):
         if entry.name in ("__pycache__", ".git", DIFF, NOTES):
             continue
         relative = entry.relative_to(top).as_posix()
+        if entry.is_symlink() and not any(root == entry.resolve() or root in entry.resolve().parents for root in _roots(top)):
+            # its content would land in the fixed copy (and in a pull request): never followed out of the model
+            raise InvalidOptionError(f"{relative} in {top} is a link leaving the model's folder: refused, nothing written",
+                                     "copy the file into the folder if it belongs to the model")
         destination = target / entry.name
         if relative in patched:
             destination.write_text(patched[relative])
@@ -65,8 +78,14 @@ def stage(folder: Path, out: Path, patched: dict[str, str], diff: str) -> Path:
     """The patched copy in a hidden folder beside ``out`` (``out`` itself is written only by :func:`publish`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.loadguard-fix-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    _copy_tree(folder, staging, patched, folder)
-    (staging / DIFF).write_text(diff)
+    try:
+        _copy_tree(folder, staging, patched, folder)
+        (staging / DIFF).write_text(diff)
+    except BaseException:
+        from ._paths import remove_tree
+
+        remove_tree(staging.parent, staging, "the fix being staged")  # a copy refused halfway leaves nothing
+        raise
     return staging
 
 

@@ -236,6 +236,10 @@ def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Ref
         error = document["error"]
         message = error.get("message") if isinstance(error, dict) else str(error)
         return Proof("loads_right", version, False, f"the patched copy does not load without workarounds: {message}")
+    skipped = [c for c in document.get("checks", []) if not c.get("ran")]
+    if skipped or not document.get("checks"):  # a check that did not run finds nothing: that is no proof
+        why = "; ".join(f"{c['check']}: {c.get('reason') or 'did not run'}" for c in skipped) or "no check ran"
+        return Proof("loads_right", version, False, f"the audit of the patched copy could not check everything ({why})")
     failing = {f["tensor"] for f in document.get("findings", []) if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")}
     # a tensor that was wrong must come out right by the check that caught it: one that the patch merely moved out of
     # that check's sight (a tie no longer declared, so its table counts as a missing key "initialized") is not fixed
