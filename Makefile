@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_plugin.py
 	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_fix.py
+	$(BIN)/python benchmarks/bench_missing.py
 
 # The local and the Ray executor side by side (fleet and matrix; needs the package index for the matrix environments)
 bench-ray: $(STAMP)

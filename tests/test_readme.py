@@ -14,7 +14,7 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-PAGES = ["audit", "fix", "pytest", "workarounds", "scan", "matrix", "ray", "findings", "zoo", "contributing", "architecture"]
+PAGES = ["audit", "fix", "pytest", "workarounds", "scan", "matrix", "ray", "findings", "trust", "zoo", "contributing", "architecture"]
 DOCS = README + "".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)  # in reading order
 # a Python block the test runs is preceded by <!-- readme-test: path=ZOO_ENTRY -->: the model `path` names
 PYTHON_BLOCKS = re.findall(r"<!-- readme-test: path=(\w+) -->\n```python\n(.*?)```", DOCS, re.S)

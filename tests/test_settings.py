@@ -33,7 +33,7 @@ def test_the_nearest_table_is_read_and_checked(tmp_path):
 
 @pytest.mark.parametrize(("text", "said"), [
     ("trust_remote_code = true", "unknown key 'trust_remote_code'"),  # never from a file: asked for per run
-    ('jobs = "two"', "jobs = 'two' is not a int"),
+    ('jobs = "two"', "jobs = 'two' is not a whole number"),
     ('workarounds = "auto"', "is not a list of strings"),
     ('plugin = "always"', "plugin = 'always' is not one of off, warn, fail, repair"),
 ])

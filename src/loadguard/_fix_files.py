@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ._paths import leaving
 from ._text import cell
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
@@ -44,13 +45,6 @@ def _link(source: Path, target: Path) -> None:
         target.symlink_to(real)
 
 
-def _roots(top: Path) -> tuple[Path, ...]:
-    """Where a link in the model's folder may lead: the folder itself, and for a Hub snapshot in the Hugging Face cache
-    (``.../snapshots/<commit>``) its repository's ``blobs``."""
-    resolved = top.resolve()
-    return (resolved, resolved.parent.parent / "blobs") if resolved.parent.name == "snapshots" else (resolved,)
-
-
 def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -> None:
     from .errors import InvalidOptionError
 
@@ -59,7 +53,7 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -
         if entry.name in ("__pycache__", ".git", DIFF, NOTES):
             continue
         relative = entry.relative_to(top).as_posix()
-        if entry.is_symlink() and not any(root == entry.resolve() or root in entry.resolve().parents for root in _roots(top)):
+        if entry.is_symlink() and leaving(top, entry) is not None:
             # its content would land in the fixed copy (and in a pull request): never followed out of the model
             raise InvalidOptionError(f"{relative} in {top} is a link leaving the model's folder: refused, nothing written",
                                      "copy the file into the folder if it belongs to the model")

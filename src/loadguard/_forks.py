@@ -13,6 +13,7 @@ Where ``os.fork`` is not available, :func:`available` says so and callers fall b
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
@@ -21,7 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -35,29 +36,49 @@ class Outcome:
     seconds: float = 0.0
     killed: str | None = None
     """``"timeout"`` or ``"memory"`` when the pool killed the child past that limit; None otherwise."""
+    left_behind: int = 0
+    """Processes the item's code started and left running when it finished, which the pool then killed."""
 
 
 def available() -> bool:
     return hasattr(os, "fork")
 
 
-def _child(function: Callable[[Any], Any], item: Any, write: int) -> None:
+def _child(function: Callable[[Any], Any], item: Any, write: int, lifeline: tuple[int, int]) -> None:
+    """The forked child: dies with its parent, leads its own process group, adopts what the model's code orphans;
+    runs ``function(item)``, kills every process the model's code left behind (their number goes in the report), then
+    writes the length-prefixed pickled result and exits."""
+    from . import _procs
+
     code = 0
+    me = os.getpid()
     try:
+        os.close(lifeline[1])
+        _procs.watch_lifeline(lifeline[0])
+        _procs.lead_group()
+        _procs.adopt_orphans()
+        _procs.reset_signals()
         torch = sys.modules.get("torch")
         if torch is not None:  # the parent's OpenMP thread team does not survive a fork: one thread, no team to wait on
             torch.set_num_threads(1)
         try:
-            payload = pickle.dumps((True, function(item)))
+            result = (True, function(item))
         except BaseException as error:  # the item's own failure: reported, never propagated into the parent
-            payload = pickle.dumps((False, f"{type(error).__name__}: {error}"))
-        view = memoryview(payload)
+            result = (False, f"{type(error).__name__}: {error}")
+        if os.getpid() != me:  # a process the model's code forked, come back through here: it reports nothing
+            os._exit(0)
+        left = _procs.sweep()
+        try:
+            payload = pickle.dumps((*result, left))
+        except BaseException as error:  # a value that does not pickle: its own failure
+            payload = pickle.dumps((False, f"{type(error).__name__}: {error}", left))
+        view = memoryview(len(payload).to_bytes(8, "little") + payload)
         while view:
             view = view[os.write(write, view) :]
     except BaseException:
         code = 70
     finally:
-        os._exit(code)
+        os._exit(code if os.getpid() == me else 0)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -109,6 +130,57 @@ def _describe_exit(status: int) -> str:
     return f"the process exited with code {os.WEXITSTATUS(status)} before reporting"
 
 
+@dataclass
+class _Running:
+    """A child the pool waits on: its item, its pid, when it started, what it has written so far, and its exit status
+    once reaped."""
+
+    index: int
+    pid: int
+    start: float
+    data: bytearray = field(default_factory=bytearray)
+    status: int | None = None
+
+    def payload(self) -> bytes | None:
+        """The pickled result, once all of it arrived (8 bytes of length, then the pickle); None before."""
+        if len(self.data) < 8:
+            return None
+        size = int.from_bytes(self.data[:8], "little")
+        return bytes(self.data[8 : 8 + size]) if len(self.data) >= 8 + size else None
+
+    def reaped(self) -> bool:
+        """Whether the child has exited (reaped now if so)."""
+        if self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self.pid, 0
+            if pid:
+                self.status = status
+        return self.status is not None
+
+
+def _wait(child: _Running) -> int:
+    if child.status is None:
+        try:
+            child.status = os.waitpid(child.pid, 0)[1]
+        except ChildProcessError:
+            child.status = 0
+    return child.status
+
+
+def _drain(fd: int, child: _Running) -> None:
+    """What is left in a pipe whose writer exited (a descendant may still hold it: no waiting for its end)."""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        child.data.extend(chunk)
+
+
 class _Reported(dict):
     """The outcomes, each reported to ``on_done`` as it is recorded."""
 
@@ -134,22 +206,46 @@ def run(
     ``memory_limit``: bytes a child may add to what it shares with its parent at the fork (:func:`added`: its private
     pages; where that cannot be read, its resident memory beyond the parent's). ``on_done(index, outcome)`` is called
     as each item finishes (a progress bar)."""
+    from . import _procs
+
     pending = list(enumerate(items))
     outcomes: dict[int, Outcome] = _Reported(on_done) if on_done else {}
-    running: dict[int, tuple[int, int, float, bytearray]] = {}  # read fd -> (index, pid, start, data)
+    running: dict[int, _Running] = {}  # read fd -> the child reading from it
     selector = selectors.DefaultSelector()
     private = added() is not None
     baseline = 0 if private else resident() if memory_limit else None
     watch_memory = bool(memory_limit) and baseline is not None
     grown_by = added if private else resident
+    lifeline = os.pipe()  # the children see EOF on it when this process is gone, however it ended
+    os.set_inheritable(lifeline[0], False)
+    os.set_inheritable(lifeline[1], False)
 
-    def kill(fd: int, limit: str, reason: str, now: float) -> None:
-        index, pid, start, _ = running.pop(fd)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    def close(fd: int) -> _Running:
+        child = running.pop(fd)
         selector.unregister(fd)
         os.close(fd)
-        outcomes[index] = Outcome(False, error=reason, seconds=now - start, killed=limit)
+        return child
+
+    def kill(fd: int, limit: str, reason: str, now: float) -> None:
+        child = close(fd)
+        _procs.kill_tree(child.pid)
+        _wait(child)
+        outcomes[child.index] = Outcome(False, error=reason, seconds=now - child.start, killed=limit)
+
+    def finish(fd: int) -> None:
+        """The child reported (or closed its end, or exited): its outcome; whatever is left of its group is killed."""
+        child = close(fd)
+        status = _wait(child)
+        seconds = time.perf_counter() - child.start
+        stray = _procs.group_alive(child.pid)  # left behind in its group (where the child could not sweep)
+        _procs.kill_group(child.pid)
+        payload = child.payload()
+        if payload is None:
+            outcomes[child.index] = Outcome(False, error=_describe_exit(status), seconds=seconds, left_behind=int(stray))
+            return
+        ok, value, left = pickle.loads(payload)
+        left = max(left, int(stray))
+        outcomes[child.index] = Outcome(True, value, seconds=seconds, left_behind=left) if ok else Outcome(False, error=value, seconds=seconds, left_behind=left)
 
     try:
         while pending or running:
@@ -162,49 +258,47 @@ def run(
                 pid = os.fork()
                 if pid == 0:  # the child
                     os.close(read)
-                    _child(function, item, write)
+                    _child(function, item, write, lifeline)
                 gc.unfreeze()
                 os.close(write)
-                running[read] = (index, pid, time.perf_counter(), bytearray())
+                with contextlib.suppress(OSError):  # the group is made on both sides: no kill can miss it
+                    os.setpgid(pid, pid)
+                os.set_blocking(read, False)
+                running[read] = _Running(index, pid, time.perf_counter())
                 selector.register(read, selectors.EVENT_READ)
-            deadline = min((start + timeout for _, _, start, _ in running.values()), default=None) if timeout else None
-            wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            if watch_memory:
-                wait = _POLL if wait is None else min(wait, _POLL)
+            deadline = min((child.start + timeout for child in running.values()), default=None) if timeout else None
+            wait = _POLL if deadline is None else min(_POLL, max(0.0, deadline - time.perf_counter()))
             for key, _ in selector.select(wait):
-                index, pid, start, data = running[key.fd]
-                chunk = os.read(key.fd, 1 << 20)
-                if chunk:
-                    data.extend(chunk)
+                child = running[key.fd]
+                try:
+                    chunk = os.read(key.fd, 1 << 20)
+                except BlockingIOError:
                     continue
-                selector.unregister(key.fd)
-                os.close(key.fd)
-                del running[key.fd]
-                _, status = os.waitpid(pid, 0)
-                seconds = time.perf_counter() - start
-                if data:
-                    ok, value = pickle.loads(bytes(data))
-                    outcomes[index] = Outcome(True, value, seconds=seconds) if ok else Outcome(False, error=value, seconds=seconds)
-                else:
-                    outcomes[index] = Outcome(False, error=_describe_exit(status), seconds=seconds)
+                child.data.extend(chunk)
+                if not chunk or child.payload() is not None:
+                    finish(key.fd)
+            for fd, child in list(running.items()):  # a child that exited while what it forked holds the pipe open
+                if child.reaped():
+                    _drain(fd, child)
+                    finish(fd)
             now = time.perf_counter()
-            for fd, (index, pid, start, _) in list(running.items()):
-                if timeout and now - start >= timeout:
+            for fd, child in list(running.items()):
+                if timeout and now - child.start >= timeout:
                     kill(fd, "timeout", f"timed out after {timeout:g} s (killed)", now)
                 elif watch_memory:
-                    grown = (grown_by(pid) or 0) - baseline
+                    grown = (grown_by(child.pid) or 0) - baseline
                     if grown > memory_limit:
                         kill(fd, "memory", f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
                                  f"limit {size_text(memory_limit)} (killed)", now)
     finally:
-        for fd, (_, pid, _, _) in running.items():  # interrupted: leave no child behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+        for fd, child in list(running.items()):  # interrupted: leave no child, and nothing a child started, behind
+            _procs.kill_tree(child.pid)
+            with contextlib.suppress(OSError):
+                _wait(child)
             os.close(fd)
         selector.close()
+        os.close(lifeline[0])
+        os.close(lifeline[1])
     return [outcomes[index] for index in sorted(outcomes)]
 
 

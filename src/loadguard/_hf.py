@@ -81,7 +81,9 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as error:
-        raise ModelConfigError(f"{config_file} is not valid JSON ({error})", "fix or re-save the config") from None
+        from ._paths import named, unreadable_because
+
+        raise ModelConfigError(f"{named(config_file, folder)} is not valid JSON ({unreadable_because(error)})", "fix or re-save the config") from None
     auto_map = config.get("auto_map") or {}
     if auto_map and not trust_remote_code:
         files = sorted({str(v if isinstance(v, str) else v[0]).split(".")[0] + ".py" for v in auto_map.values() if v})

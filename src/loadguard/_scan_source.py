@@ -29,7 +29,7 @@ class Source:
 
 
 
-def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool, hub_header: bool) -> Source:
+def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool, hub_header: bool, follow_links: bool = False) -> Source:
     from transformers import PretrainedConfig
 
     if isinstance(path_or_config, PretrainedConfig):
@@ -44,12 +44,38 @@ def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *
     text = str(path_or_config)
     if Path(text).exists():
         folder = Path(text)
+        if not follow_links:
+            _own_files(folder)
         config = _hf.read_config(folder, trust_remote_code)
         shapes, where = _local_header(folder) if header else (None, None)
         return Source(text, folder, config, shapes, where)
-    if not _hf.HUB_ID.match(text):
-        raise ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
+    refused = missing(text)
+    if refused is not None:
+        raise refused
     return _hub_source(text, trust_remote_code, revision, hub_header)
+
+
+def missing(text: str) -> ModelNotFoundError | None:
+    """The error a scan of ``text`` ends with before any model code runs, when ``text`` is neither a path that exists
+    nor a Hub id (one ``stat``: a fleet answers such rows without a child); None otherwise."""
+    if Path(text).exists() or _hf.HUB_ID.match(text):
+        return None
+    return ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
+
+
+def _own_files(folder: Path) -> None:
+    """A weightless scan reads the model's own files only: a config, index or checkpoint that is a link leading out of
+    the folder (a Hub snapshot's blobs excepted) is refused unless the user says to follow it."""
+    from ._paths import leaving
+    from .errors import InvalidOptionError
+
+    names = ["config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"]
+    names += [entry.name for entry in folder.glob("*.safetensors")] if folder.is_dir() else []
+    for name in dict.fromkeys(names):
+        target = leaving(folder, folder / name)
+        if target is not None:
+            raise InvalidOptionError(f"{folder / name} is a link to {target}, outside the model's folder: refused (a scan reads the model's own files only)",
+                                     "pass --follow-links (follow_links=True) if the link is meant, or copy the file into the folder")
 
 
 def _local_header(folder: Path) -> tuple[dict | None, str | None]:

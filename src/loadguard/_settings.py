@@ -15,10 +15,12 @@ Example (pyproject.toml)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._sizes import parse_size
 from .errors import InvalidOptionError
 
 # key -> (type, default, what it sets)
@@ -33,6 +35,8 @@ KEYS: dict[str, tuple[type, Any, str]] = {
     "plugin": (str, "off", "the pytest plugin's mode when --loadguard is not given: off, warn, fail or repair"),
     "poison": (bool, False, "the pytest plugin loads under loadguard.poison() (as --loadguard-poison)"),
 }
+MAX_JOBS = 256  # as --jobs takes
+EXAMPLES = {"timeout": 600.0, "memory-limit": "8GB", "baseline": "loadguard-baseline.json", "workarounds": ["auto"]}
 CHOICES = {"color": ("auto", "always", "never"), "plugin": ("off", "warn", "fail", "repair"),
            "format": ("table", "human", "json", "markdown", "sarif", "github", "junit")}
 
@@ -59,40 +63,89 @@ def _toml():
     return tomllib
 
 
+def _read(path: Path) -> dict:
+    """A pyproject.toml as a table; one that is not TOML but names loadguard is an error naming the file and line."""
+    tomllib = _toml()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidOptionError(f"{path} cannot be read ({getattr(error, 'strerror', None) or type(error).__name__})",
+                                 "fix the file, or run from a directory without it") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        if "loadguard" not in text:  # not ours to judge: a broken file that sets nothing for loadguard
+            return {}
+        raise InvalidOptionError(f"{path} is not valid TOML ({error}), so its [tool.loadguard] table cannot be read",
+                                 "fix the file at that line, or remove the table") from None
+
+
 def find(start: str | Path | None = None) -> Path | None:
-    """The nearest pyproject.toml, from ``start`` (the current directory) up, that has a ``[tool.loadguard]`` table."""
+    """The nearest pyproject.toml, from ``start`` (the current directory) up, that has a ``[tool.loadguard]`` table
+    (or is not TOML and names loadguard: :func:`load` says what is wrong with it)."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                if "loadguard" in _toml().loads(candidate.read_text()).get("tool", {}):
-                    return candidate
-            except (OSError, ValueError):
-                continue
+                tool = _read(candidate).get("tool", {})
+            except InvalidOptionError:
+                return candidate
+            if isinstance(tool, dict) and "loadguard" in tool:
+                return candidate
+    return None
+
+
+def _check(key: str, value: Any) -> str | None:
+    """What is wrong with ``key = value``, in the table's own words; None when it is right."""
+    kind, default, _ = KEYS[key]
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "is not a number of seconds"
+        if not math.isfinite(value) or value < 1:
+            return "must be a finite number of seconds, at least 1"
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "is not a whole number"
+        if not 1 <= value <= MAX_JOBS:
+            return f"must be between 1 and {MAX_JOBS}"
+    elif kind is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return "is not a list of strings"
+    elif not isinstance(value, kind):
+        return f"is not a {'string' if kind is str else 'true/false' if kind is bool else kind.__name__}"
+    if key == "memory-limit" and str(value).strip().lower() not in ("auto", "none") and parse_size(str(value)) is None:
+        return "is not a size (e.g. \"8GB\", \"2G\", \"2GiB\", \"2048M\", \"auto\", \"none\")"
+    if key == "baseline" and not value.strip():
+        return "is empty (a file name)"
+    if key in CHOICES and value not in CHOICES[key]:
+        return f"is not one of {', '.join(CHOICES[key])}"
     return None
 
 
 def load(start: str | Path | None = None) -> Settings:
-    """The ``[tool.loadguard]`` table nearest ``start``, checked: an unknown key or a wrong type is one clear error."""
+    """The ``[tool.loadguard]`` table nearest ``start``, checked key by key: an unknown key, a wrong type or a value out
+    of range is one clear error naming the file, the key and what it takes."""
     path = find(start)
     if path is None:
         return Settings()
-    table = _toml().loads(path.read_text())["tool"]["loadguard"]
+    tool = _read(path).get("tool")
+    table = tool.get("loadguard") if isinstance(tool, dict) else None
+    if not isinstance(table, dict):
+        raise InvalidOptionError(f"{path}: tool.loadguard is a {type(table).__name__}, not a table", "write it as a [tool.loadguard] table of settings")
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
             raise InvalidOptionError(f"{path} [tool.loadguard]: unknown key {key!r}", f"known keys: {', '.join(KEYS)} (`loadguard config` lists them)")
-        kind = KEYS[key][0]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        if KEYS[key][0] is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if kind is str and key == "memory-limit" and isinstance(value, int) and not isinstance(value, bool):
+        if key == "memory-limit" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)) or (kind is list and not all(isinstance(v, str) for v in value)):
-            raise InvalidOptionError(f"{path} [tool.loadguard]: {key} = {value!r} is not a {kind.__name__}{' of strings' if kind is list else ''}",
-                                     f"e.g. {key} = {KEYS[key][1]!r}" if KEYS[key][1] not in (None, []) else "see `loadguard config`")
-        if key in CHOICES and value not in CHOICES[key]:
-            raise InvalidOptionError(f"{path} [tool.loadguard]: {key} = {value!r} is not one of {', '.join(CHOICES[key])}", "pick one of them")
+        wrong = _check(key, value)
+        if wrong:
+            example = KEYS[key][1] if KEYS[key][1] not in (None, []) else EXAMPLES.get(key)
+            raise InvalidOptionError(f"{path} [tool.loadguard]: {key} = {value!r} {wrong}",
+                                     f"e.g. {key} = {example!r}" if example is not None else "see `loadguard config`")
         values[key] = value
     return Settings(values, path)
 

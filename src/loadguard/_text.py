@@ -41,4 +41,24 @@ def cell(text: object) -> str:
     return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
-__all__ = ["cell", "visible", "xml"]
+def unlinked(text):
+    """A rich ``Text`` without hyperlinks (markup's ``[link=...]``: an OSC 8 sequence in a terminal): nothing printed
+    links anywhere."""
+    from rich.style import Style
+    from rich.text import Span
+
+    def plain(style):
+        if isinstance(style, str):
+            if "link" not in style:
+                return style
+            try:
+                style = Style.parse(style)
+            except Exception:  # a theme name: no link in it
+                return style
+        return style.clear_meta_and_links() if style.link else style
+
+    text.spans = [Span(span.start, span.end, plain(span.style)) for span in text.spans]
+    return text
+
+
+__all__ = ["cell", "unlinked", "visible", "xml"]

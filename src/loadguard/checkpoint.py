@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ._paths import named, unreadable_because
 from .errors import CheckpointError
 
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -61,14 +62,12 @@ class _SafetensorsFile:
                 if len(raw_length) < 8:
                     raise ValueError("the file is shorter than a safetensors header")
                 (length,) = struct.unpack("<Q", raw_length)
-                if length > size - 8:
-                    raise ValueError(f"the header claims {length} bytes but the file has {size - 8}")
+                if length > size - 8:  # its bytes are not shown: the file may be anything (a link to a secret)
+                    raise ValueError("its first 8 bytes are not the length of a header that fits in the file")
                 header = json.loads(handle.read(length))
-        except (OSError, ValueError, UnicodeDecodeError) as error:
-            raise CheckpointError(
-                f"{path} is not a readable safetensors file ({error})",
-                "the file is corrupt or truncated: download or save the checkpoint again",
-            ) from None
+        except (OSError, ValueError) as error:  # where, never what: the file may be anything (a link to a secret)
+            raise CheckpointError(f"{named(path)} is not a readable safetensors file ({unreadable_because(error)})",
+                                  "the file is corrupt or truncated: download or save the checkpoint again") from None
         data_start = 8 + length
         self.locations: dict[str, _Location] = {}
         if not isinstance(header, dict):
@@ -255,7 +254,7 @@ class Checkpoint:
 
 
 def _corrupt(path: Path, what: str) -> CheckpointError:
-    return CheckpointError(f"{path} is corrupt: {what}", "download or save the checkpoint again")
+    return CheckpointError(f"{named(path)} is corrupt: {what}", "download or save the checkpoint again")
 
 
 def _index_files(index_path: Path) -> list[Path]:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import _procs
 from ._cache import cache_root, folder as cache_folder
 from ._paths import inside, remove_tree, write_atomically
 from .errors import InvalidOptionError, LoadguardError
@@ -211,13 +212,13 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
     ]
     try:
         for command in steps:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+            result = subprocess.run(command, capture_output=True, text=True, timeout=900, **_procs.subprocess_options())
             if result.returncode != 0:
                 reason = _last_line(result.stderr or result.stdout) or f"{command[1]} failed ({result.returncode})"
                 break
         if not reason:
             site = subprocess.run(
-                [str(building / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+                [str(building / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, **_procs.subprocess_options()
             ).stdout.strip()
             _link_shared(building / "shared-torch")
             Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(folder)) + "\n")  # the final place
@@ -228,7 +229,7 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
     if not reason:
         probe = subprocess.run(
             [str(folder / "bin" / "python"), "-c", "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)"],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True, text=True, timeout=300, **_procs.subprocess_options(),
         )
         if probe.returncode != 0:
             reason = f"installed, but does not import: {_last_line(probe.stderr)}"
@@ -274,7 +275,7 @@ def released_versions(spec: str, max_versions: int | None = None) -> list[str]:
 
 def _index_versions() -> list[str]:
     """Every version of transformers the index lists (``pip index versions``: the index pip is configured with)."""
-    result = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True, timeout=120, **_procs.subprocess_options())
     for line in result.stdout.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
@@ -298,7 +299,7 @@ class Worker:
         child_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules")}
         self.process = subprocess.Popen(
             [str(environment.python), "-m", "loadguard._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            env=child_env,
+            env=child_env, **_procs.subprocess_options(),  # the worker (and the cells it forks) end with this process
         )
         ready = self.process.stdout.readline()
         self.versions = {"transformers": "", "torch": ""}

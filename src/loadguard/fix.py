@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import _procs
 from ._fixplan import Change, Refusal
 from ._fix_files import publish, stage
 from .errors import FolderNotEmptyError, InvalidOptionError
@@ -182,21 +183,12 @@ def _diff(original: dict[str, str], patched: dict[str, str]) -> str:
     return "".join(parts)
 
 
-def _die_with_parent() -> None:
-    """In the child, before it runs: the kernel kills it when loadguard dies (SIGTERM, SIGHUP, a crash), so a proof
-    never outlives the run that started it."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-
-
 def _run_json(command: list[str], env: dict | None = None, timeout: float = 900) -> dict:
     """A child process's JSON document: its whole stdout, else its last line that is a JSON object (the model's own prints
     come before it)."""
     with tempfile.TemporaryFile("w+") as err:
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                **_procs.subprocess_options())  # a proof never outlives the run that started it
         err.seek(0)
         errors = err.read()
     try:

@@ -33,7 +33,7 @@ def _result(target: str, options: dict) -> dict:
     """One model's scan as JSON-able data: the report, or why it could not be scanned."""
     from . import workarounds as registry
     from ._transformers import return_freed_memory
-    from .errors import LoadguardError, hint_for
+    from .errors import LoadguardError
     from .scan import scan
 
     _quiet()
@@ -48,15 +48,30 @@ def _result(target: str, options: dict) -> dict:
             dtype=options.get("dtype"),
             workarounds=list(options.get("workarounds", ())),
             trust_remote_code=options.get("trust_remote_code", False),
+            follow_links=options.get("follow_links", False),
             **options.get("placement", {}),
         )
     except LoadguardError as error:
-        return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes),
-                "error_kind": type(error).__name__}
+        return _error_row(target, error)
     except Exception as error:  # a model's code failing in a way nothing translated: a row, not an abort
         return {"model": target, "scanned": False, "error": f"unexpected {type(error).__name__}: {error}", "hint": "set LOADGUARD_DEBUG=1 and scan it alone", "fixes": [],
                 "error_kind": type(error).__name__}
     return {"model": target, "scanned": True, **report.to_dict()}
+
+
+def _error_row(target: str, error) -> dict:
+    """The row of a model whose scan ended with a :class:`loadguard.LoadguardError`."""
+    from .errors import hint_for
+
+    return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes),
+            "error_kind": type(error).__name__}
+
+
+def _answered_here(targets: list[str]) -> dict[int, dict]:
+    """Rows that need no model code, answered in this process (a path that does not exist: one ``stat``, not a child)."""
+    from ._scan_source import missing
+
+    return {index: _error_row(target, error) for index, target in enumerate(targets) if (error := missing(target)) is not None}
 
 
 def _scan_in_fresh_interpreter(target: str, options: dict) -> dict:
@@ -70,6 +85,13 @@ def _scan_in_child(item: tuple[str, dict]) -> dict:
 
 def _row(target: str, outcome, timeout: float | None) -> dict:
     """One model's row from its child's outcome: the scan's, or why the child did not finish."""
+    row = _outcome_row(target, outcome, timeout)
+    if outcome.left_behind:  # the model's code started processes and left them running: they were killed, and the row says so
+        row = {**row, "left_behind": outcome.left_behind}
+    return row
+
+
+def _outcome_row(target: str, outcome, timeout: float | None) -> dict:
     from .scan import OVER_MEMORY_HINT
 
     if outcome.ok:
@@ -116,15 +138,20 @@ def scan_fleet(
 
     rows: dict[int, dict] = {}
 
-    def finished(index: int, outcome) -> None:
-        rows[index] = _row(targets[index], outcome, timeout)  # once, as it finishes: streamed, then returned
+    def report(index: int, row: dict, outcome) -> None:
+        rows[index] = row  # once, as it finishes: streamed, then returned
         if on_row:
-            on_row(index, rows[index])
+            on_row(index, row)
         if on_done:
             on_done(index, outcome)
 
-    resolve(executor).map(_scan_in_child, [(target, options) for target in targets], jobs=jobs, timeout=timeout, memory_limit=limit,
-                          on_done=finished, prepare=_prepare)
+    for index, row in _answered_here(targets).items():
+        report(index, row, _forks.Outcome(True, row))
+    todo = [index for index in range(len(targets)) if index not in rows]
+    if todo:
+        resolve(executor).map(_scan_in_child, [(targets[index], options) for index in todo], jobs=jobs, timeout=timeout, memory_limit=limit,
+                              on_done=lambda position, outcome: report(todo[position], _row(targets[todo[position]], outcome, timeout), outcome),
+                              prepare=_prepare)
     return [rows[index] for index in range(len(targets))]
 
 

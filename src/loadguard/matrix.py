@@ -68,6 +68,17 @@ class Cell:
         return cls(data["model"], data["transformers"], data["status"], data.get("report"), data.get("error") or "", data.get("hint") or "",
                    data.get("seconds", 0.0), data.get("ran_with") or {})
 
+    @classmethod
+    def valid(cls, data: dict) -> bool:
+        """Whether ``data`` is a cell of the shape :meth:`to_dict` writes, which every output can show (``--resume``)."""
+        try:
+            cell = cls.from_dict(data)
+            cell.to_dict()
+        except Exception:
+            return False
+        known = cell.status in ("clean", "findings", "error", "unavailable") and (cell.status in ("error", "unavailable") or isinstance(cell.report, dict))
+        return known and all(isinstance(v, t) for v, t in ((cell.error, str), (cell.hint, str), (cell.seconds, (int, float)), (cell.ran_with, dict)))
+
     def to_dict(self) -> dict:
         return {
             "model": self.model,

@@ -62,6 +62,7 @@ def scan(
     device_map: Any = None,
     max_memory: dict | None = None,
     offload_folder: Any = None,
+    follow_links: bool = False,
 ) -> AuditReport:
     """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model.
 
@@ -79,6 +80,8 @@ def scan(
             ``runner`` ones have nothing to act on in a scan and are left out.
         trust_remote_code: run the model's own code (never implied).
 
+        follow_links: read a config or checkpoint file of the folder that is a link leading out of it (refused
+            otherwise: :class:`loadguard.errors.InvalidOptionError`; a Hub snapshot's links to its blobs are its own).
         device_map, max_memory, offload_folder: as ``from_pretrained`` takes them; a scan predicts a load on one
             device (``None``, ``"cpu"``): offloading changes what initialization can touch and is not simulated
             (:class:`loadguard.errors.ScanError` says so; audit a full load with the same options instead).
@@ -105,7 +108,8 @@ def scan(
     seconds: dict[str, float] = {"selfcheck": time.perf_counter() - start}
     start = time.perf_counter()
     # local headers are read by default (auto); a Hub id's only when asked for (keys="header": HTTP range reads)
-    source = _scan_source.source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header")
+    source = _scan_source.source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header",
+                                   follow_links=follow_links)
     if keys == "header" and source.header is None:
         raise ScanError(
             f"{source.name} has no safetensors checkpoint whose headers could be read",

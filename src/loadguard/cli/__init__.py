@@ -14,7 +14,7 @@ import warnings
 import click
 
 from ..errors import LoadguardError
-from ._common import SETTINGS, ExitCode, machine_output, note, report_error, stderr
+from ._common import SETTINGS, ExitCode, machine_output, note, pin_directory, report_error, stderr
 
 
 class _LazyGroup(click.Group):
@@ -135,7 +135,30 @@ def _machine_format(arguments: list[str], configured: str = "table") -> bool:
     return False
 
 
+def _end_by(stop) -> None:
+    """After SIGTERM/SIGHUP, every child stopped (the ``finally`` blocks ran): say so, then end by that very signal, as
+    a shell and a CI runner expect of a process that was told to stop."""
+    import signal
+
+    stderr().print(f"[bold red]Error:[/] stopped by {stop.name}; every process this run started was stopped with it", highlight=False)
+    sys.stderr.flush()
+    signal.signal(stop.number, signal.SIG_DFL)
+    os.kill(os.getpid(), stop.number)
+    sys.exit(128 + stop.number)
+
+
 def main(argv: list[str] | None = None) -> None:
+    from .._procs import Terminated, signals_raise
+
+    try:
+        with signals_raise():
+            _main(argv)
+    except Terminated as stop:
+        _end_by(stop)
+
+
+def _main(argv: list[str] | None) -> None:
+    pin_directory()
     debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
     arguments, settings = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
     verbose = settings["verbose"]
@@ -152,8 +175,8 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         report_error(error)
         sys.exit(ExitCode.COULD_NOT_RUN)
-    except click.exceptions.Abort:
-        stderr().print("[bold red]Error:[/] aborted", highlight=False)
+    except click.exceptions.Abort:  # Ctrl-C: the children were stopped on the way out
+        stderr().print("[bold red]Error:[/] interrupted; every process this run started was stopped with it", highlight=False)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.ClickException as error:
         if debug:

@@ -11,7 +11,7 @@ def baseline_options(command):
     """``--baseline FILE`` / ``--write-baseline``: known findings (by fingerprint) kept out of the report and the exit
     code; new and fixed ones are reported."""
     command = click.option("--write-baseline", is_flag=True, help="Write this run's findings to --baseline FILE (exit 0), to adopt loadguard on a large model list.")(command)
-    return click.option("--baseline", "baseline_file", default=None, metavar="FILE", help="Findings known by fingerprint: not reported and not failing; new and fixed ones are.")(command)
+    return click.option("--baseline", "baseline_file", default=None, metavar="FILE", type=click.Path(dir_okay=False, resolve_path=True), help="Findings known by fingerprint: not reported and not failing; new and fixed ones are.")(command)
 
 
 def apply_baseline(rows, baseline_file: str | None, write_baseline: bool):

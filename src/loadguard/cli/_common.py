@@ -11,8 +11,8 @@ from enum import IntEnum
 from typing import Any
 
 import click
-from rich.console import Console
 
+from ._consoles import NON_TTY_WIDTH, SETTINGS, SafeConsole, stderr, stdout  # noqa: F401  (the commands import them from here)
 from ._options import workarounds_from_option
 
 
@@ -28,11 +28,31 @@ SCHEMA_VERSION = 1
 """Of the JSON documents and rows the commands print: raised when a key changes meaning or goes away."""
 
 _document: list = []  # the real stdout while a machine format keeps everything else off it
+_started_in: list[str] = []  # the directory the command started in
+
+
+def pin_directory() -> None:
+    """At the start of a command: remember the working directory, and make ``$GITHUB_STEP_SUMMARY`` absolute, before
+    any model code runs (code that calls ``os.chdir`` at import must not move where our output lands). Output options
+    are resolved by click (``resolve_path``) when they are parsed."""
+    _started_in[:] = [os.getcwd()]
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        os.environ["GITHUB_STEP_SUMMARY"] = os.path.abspath(summary)
+
+
+def back_home() -> None:
+    """Before anything is written or shown: back in the directory the command started in, should a model's code
+    have moved (relative paths in SARIF, a baseline, a step summary are the user's)."""
+    if _started_in and os.getcwd() != _started_in[0]:
+        with contextlib.suppress(OSError):
+            os.chdir(_started_in[0])
 
 
 def emit(text: str) -> None:
     """Write our document (JSON, Markdown, a path) to stdout: the real one, even while a machine format sends
     whatever else writes to stdout (a model's own code, transformers) to stderr."""
+    back_home()
     stream = _document[-1] if _document else sys.stdout
     stream.write(text + "\n")
     stream.flush()
@@ -67,32 +87,6 @@ def machine_output(active: bool):
             real.flush()
             os.dup2(saved, 1)
             os.close(saved)
-
-
-NON_TTY_WIDTH = 100_000
-"""What a table may take when stdout is a log or a pipe: all it needs, so no cell folds and no row wraps."""
-
-
-SETTINGS: dict[str, Any] = {"verbose": False, "quiet": False, "color": "auto"}
-"""The global options (``--verbose``, ``--quiet``, ``--color``), set once before a command runs."""
-
-
-def _colors() -> dict[str, Any]:
-    """``--color auto`` lets rich decide (a terminal gets color unless ``NO_COLOR`` is set); ``always`` / ``never``."""
-    return {"always": {"force_terminal": True}, "never": {"no_color": True, "color_system": None}}.get(SETTINGS["color"], {})
-
-
-@functools.cache
-def stdout() -> Console:
-    console = Console(soft_wrap=False, **_colors())
-    if not sys.stdout.isatty():  # logs and pipes: nothing wraps, a table keeps one row a line however long
-        console = Console(soft_wrap=True, width=NON_TTY_WIDTH, **_colors())
-    return console
-
-
-@functools.cache
-def stderr() -> Console:
-    return Console(stderr=True, soft_wrap=True, **_colors())
 
 
 def report_error(error) -> None:
@@ -139,6 +133,8 @@ def quiet_transformers() -> None:
 @contextlib.contextmanager
 def progress(message: str, after: float = 1.0):
     """A spinner on stderr (a single line when stderr is not a terminal) if the block lasts over ``after`` s."""
+    from .._text import visible
+
     console = stderr()
     state: dict[str, Any] = {}
     lock = threading.Lock()
@@ -151,7 +147,7 @@ def progress(message: str, after: float = 1.0):
             if state.get("done"):
                 return
             if console.is_terminal:
-                state["status"] = console.status(message)
+                state["status"] = console.status(visible(message))
                 state["status"].start()
             else:
                 console.print(f"{message} ...", highlight=False)
@@ -225,7 +221,7 @@ def loading_options(command):
         click.option("--strict-stale", is_flag=True, help="A workaround that is no longer needed is an error."),
         click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="from_pretrained's device_map: auto, cpu, cuda, or a JSON module->device map (\"disk\" offloads)."),
         click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="from_pretrained's max_memory, e.g. cpu=20GiB,0=10GiB."),
-        click.option("--offload-folder", default=None, metavar="DIR", help="Where accelerate offloads to disk (loadguard never writes the model's folder)."),
+        click.option("--offload-folder", default=None, metavar="DIR", type=click.Path(file_okay=False, resolve_path=True), help="Where accelerate offloads to disk (loadguard never writes the model's folder)."),
         click.option(
             "--attn-implementation", default=None, metavar="eager|sdpa|NAME",
             help="from_pretrained's attn_implementation (eager for code written for eager attention only).",

@@ -6,11 +6,41 @@ the limit; the child prints its own output, the parent says which limit stopped 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
 
 from ._common import ExitCode, report_error
+
+
+def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
+    """``--memory-limit``: bytes one model's scan may add to the process it is forked from. ``auto``: in a fleet, 80% of
+    this machine's memory shared among the ``jobs`` running at once (a fleet never swaps the machine to death); one
+    model, in this process: none. ``none``: no limit."""
+    from .._forks import resident
+    from ..errors import InvalidOptionError
+
+    value = text.strip().lower()
+    if value == "none":
+        return None
+    measurable = resident() is not None  # a child's resident memory is read from /proc (Linux)
+    if value == "auto":
+        if not fleet or not measurable or not hasattr(os, "sysconf"):
+            return None
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            return None
+        return int(total * 0.8 / max(1, jobs))
+    from .._sizes import parse_size
+
+    size = parse_size(text)
+    if size is None:
+        raise InvalidOptionError(f"--memory-limit {text!r} is not a size", "e.g. --memory-limit 4GB (or 2G, 2GiB, 2048M; auto; none)")
+    if not measurable:
+        raise InvalidOptionError("--memory-limit needs /proc to read a scan's memory, which this system lacks", "leave it out (--memory-limit none)")
+    return size
 
 
 def _body(call):
@@ -35,8 +65,6 @@ def limits_options(command):
     def limited(*args, timeout=None, memory=None, **kwargs):
         from .. import _forks
         from ..errors import InvalidOptionError, LoadguardError
-        from .scan import memory_limit
-
         limit = memory_limit(memory, 1, fleet=False) if memory else None
         if timeout is None and limit is None:
             return command(*args, **kwargs)

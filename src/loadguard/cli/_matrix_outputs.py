@@ -162,8 +162,8 @@ class Bisections:
                 continue
             before = next(c for c in result.cells if c.transformers == result.low).verdict()
             after = next(c for c in result.cells if c.transformers == result.first_changed).verdict()
-            lines.append(f"{result.model}: first changes at transformers {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)\n"
-                         f"  {result.low}: {before}\n  {result.first_changed}: {after}")
+            lines += [f"{result.model}: first changes at transformers {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)",
+                      f"  {result.low}: {before}", f"  {result.first_changed}: {after}"]  # a line a print: the console escapes newlines
         return lines
 
     def markdown(self) -> str:

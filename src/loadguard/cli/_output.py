@@ -3,12 +3,13 @@ and writes what comes back to stdout (or, for the table, lets it print to the co
 
 from __future__ import annotations
 
-from ._common import emit, stderr, stdout
+from ._common import back_home, emit, stderr, stdout
 
 
 def write(fmt: str, output) -> None:
     from ..formats import render
 
+    back_home()
     text = render(fmt, output, out=stdout(), err=stderr())
     if text is not None:
         emit(text)

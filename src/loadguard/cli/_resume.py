@@ -11,12 +11,14 @@ from pathlib import Path
 from ._common import note
 
 
-def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], *, what: str) -> dict:
+def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], *, what: str, valid: Callable[[dict], bool] | None = None) -> dict:
     """The rows FILE holds for ``keys``, by key (``key_of`` a row's key, None for a line that is not a row; a line an
-    interruption cut short is ignored); says how many are there and how many to go."""
+    interruption cut short is ignored); says how many are there and how many to go. A row ``valid`` refuses (a shape
+    no run of this version writes: edited, or from another version) is never trusted: its key is done again, and the
+    note says how many."""
     from ..errors import InvalidOptionError
 
-    wanted, done = set(keys), {}
+    wanted, done, refused = set(keys), {}, set()
     try:
         with open(path, encoding="utf-8") as stream:
             for line in stream:
@@ -24,13 +26,23 @@ def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable 
                     row = json.loads(line)
                 except ValueError:
                     continue
-                key = key_of(row) if isinstance(row, dict) else None
+                try:
+                    key = key_of(row) if isinstance(row, dict) else None
+                    if key is not None and key in wanted and valid is not None and not valid(row):
+                        refused.add(key)
+                        continue
+                except Exception:  # a row no check foresaw: not trusted either
+                    continue
                 if key is not None and key in wanted:
                     done[key] = row
+                    refused.discard(key)
     except FileNotFoundError:
         pass
     except OSError as error:
         raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can read and append to") from None
+    refused -= set(done)
+    if refused:
+        note(f"{path}: {len(refused)} row(s) of the wrong shape, not trusted: done again")
     if done:
         note(f"resuming from {path}: {len(done)} of {len(wanted)} {what} there, {len(wanted) - len(done)} to go")
     return done
@@ -56,10 +68,11 @@ def appending(path: str):
         yield write
 
 
-def resumed(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], run, *, what: str) -> list[dict]:
+def resumed(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], run, *, what: str,
+            valid: Callable[[dict], bool] | None = None) -> list[dict]:
     """:func:`read`, then ``run(todo, write)`` for the keys FILE lacks, which calls ``write(row)`` as each finishes and
     returns ``{key: row}``. Rows in the order of ``keys``."""
-    done = read(path, keys, key_of, what=what)
+    done = read(path, keys, key_of, what=what, valid=valid)
     todo = [key for key in keys if key not in done]
     fresh: dict = {}
     if todo:

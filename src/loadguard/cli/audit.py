@@ -23,7 +23,7 @@ from ._options import format_option
 @loading_options
 @click.option("--repair", "do_repair", is_flag=True, help="Also repair in memory and say whether the result audits clean (never writes to PATH).")
 @format_option("json", "sarif", "github", "junit", help="sarif: code scanning; github: workflow annotations (+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
-@click.option("--reproducer", "reproducer_dir", default=None, type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--reproducer", "reproducer_dir", default=None, type=click.Path(file_okay=False, resolve_path=True), metavar="DIR",
               help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
                    "to attach to an upstream issue.")
 @baseline_options

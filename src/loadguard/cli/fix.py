@@ -16,7 +16,7 @@ from ._output import write
 
 @click.command()
 @click.argument("paths", nargs=-1, metavar="[MODEL]...")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, resolve_path=True), metavar="DIR",
               help="Where the fixed copy goes (new or empty; with several models or --from, one subfolder per model).")
 @click.option("--from", "from_file", default=None, metavar="FILE", help="A file with one model folder or Hub id per line (# comments).")
 @click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first): fix runs it in each load (the audit, both proofs).")

@@ -52,7 +52,7 @@ def versions_from(text: str, max_versions: int | None) -> list[str]:
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs.")
 @executor_option
-@click.option("--resume", "resume_file", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--resume", "resume_file", default=None, type=click.Path(dir_okay=False, resolve_path=True), metavar="FILE",
               help="Append each cell to FILE (JSON Lines) as it finishes; given FILE from an interrupted run, run only the cells it lacks.")
 def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory, executor, resume_file):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
@@ -62,7 +62,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     matrix_module = importlib.import_module("loadguard.matrix")  # loadguard.matrix is the function
     from ..errors import InvalidOptionError
     from ..formats import EMITTED
-    from .scan import memory_limit
+    from ._limits import memory_limit
 
     if (native or bisect) and fmt in EMITTED:
         raise InvalidOptionError(f"--format {fmt} is for a matrix's cells and its --diff", "use table, json or markdown with --native or --bisect")
@@ -114,7 +114,7 @@ def _resumed_matrix(matrix_module, path: str, models: list[str], versions: list[
     def key_of(row: dict):
         return (row.get("model"), row.get("transformers")) if "status" in row and "verdict" in row else None
 
-    done = read(path, [(m, v) for m in models for v in versions], key_of, what="cell(s) already run")
+    done = read(path, [(m, v) for m in models for v in versions], key_of, what="cell(s) already run", valid=matrix_module.Cell.valid)
     with appending(path) as append:
         return matrix_module.run(models, versions, done=[matrix_module.Cell.from_dict(row) for row in done.values()],
                                  on_cells=lambda cells: [append(cell.to_dict()) for cell in cells], **options)

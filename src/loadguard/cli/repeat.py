@@ -21,6 +21,7 @@ import tempfile
 
 import click
 
+from .. import _procs
 from ._common import ExitCode, emit, progress, stderr, stdout
 from ._options import format_option
 
@@ -100,7 +101,7 @@ def summarize(runs: list[dict]) -> dict:
     help="Runs at once, each a fresh pytest-xdist worker (needs pytest-xdist).",
 )
 @click.option(
-    "--workarounds-from", "workaround_files", multiple=True, metavar="FILE.py", type=click.Path(exists=True, dir_okay=False),
+    "--workarounds-from", "workaround_files", multiple=True, metavar="FILE.py", type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="A Python file that registers workarounds, imported by every run's pytest (repeatable).",
 )
 @format_option("json")
@@ -130,7 +131,7 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
                 command += ["-n", str(batch), "--dist", "each"]
             label = f"run {len(runs) + 1} of {count}" if batch == 1 else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"
             with progress(label, after=0.0 if fmt == "table" and stderr().is_terminal else 1e9):
-                completed = subprocess.run(command, capture_output=True, text=True)
+                completed = subprocess.run(command, capture_output=True, text=True, **_procs.subprocess_options())
             new = []
             if os.path.exists(record):
                 with open(record) as handle:

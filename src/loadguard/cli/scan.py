@@ -8,7 +8,6 @@ hangs or grows is stopped: ``--jobs`` at a time, ``--timeout`` and ``--memory-li
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import click
 
 from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
+from ._limits import memory_limit  # noqa: F401  (tests and tools import it from here)
 from ._common import ExitCode, SCHEMA_VERSION, quiet_transformers, stderr, stdout
 from ._output import write
 from ._resume import resumed
@@ -23,38 +23,6 @@ from ._options import executor_option, format_option, workarounds_from_option
 from ._progress import fleet_progress
 
 
-
-
-def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
-    """``--memory-limit``: bytes one model's scan may add to the process it is forked from. ``auto``: in a fleet, 80% of
-    this machine's memory shared among the ``jobs`` running at once (a fleet never swaps the machine to death); one
-    model, in this process: none. ``none``: no limit."""
-    from .._forks import resident
-    from ..errors import InvalidOptionError
-
-    value = text.strip().lower()
-    if value == "none":
-        return None
-    measurable = resident() is not None  # a child's resident memory is read from /proc (Linux)
-    if value == "auto":
-        if not fleet or not measurable or not hasattr(os, "sysconf"):
-            return None
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError):
-            return None
-        return int(total * 0.8 / max(1, jobs))
-    from accelerate.utils import convert_file_size_to_int
-
-    try:
-        size = convert_file_size_to_int(text.strip())
-    except ValueError:
-        size = 0
-    if size <= 0:
-        raise InvalidOptionError(f"--memory-limit {text!r} is not a size", "e.g. --memory-limit 4GB (or 2GiB, 512MB; auto; none)")
-    if not measurable:
-        raise InvalidOptionError("--memory-limit needs /proc to read a scan's memory, which this system lacks", "leave it out (--memory-limit none)")
-    return size
 
 
 def _targets(paths, from_file) -> list[str]:
@@ -123,19 +91,20 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
                    "shared among --jobs in a fleet, none for one model.")
+@click.option("--follow-links", is_flag=True, help="Read a config or checkpoint file that is a link leading out of the model's folder (refused otherwise).")
 @click.option("--native", is_flag=True, help="Scan every model class the installed transformers registers in its auto mappings (no PATH).")
 @click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring (e.g. '*ForCausalLM', 'llama*', ForCausalLM).")
 @click.option("--tasks", default=None, metavar="GLOB", help="With --native: only auto mappings matching (e.g. '*CAUSAL_LM*').")
 @click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="As from_pretrained's; a scan predicts a load on one device (offloading is not simulated).")
 @click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="As from_pretrained's (offloading is not simulated).")
-@click.option("--offload-folder", default=None, metavar="DIR", help="As from_pretrained's (offloading is not simulated).")
+@click.option("--offload-folder", default=None, metavar="DIR", type=click.Path(file_okay=False, resolve_path=True), help="As from_pretrained's (offloading is not simulated).")
 @baseline_options
 @click.option("--timings", is_flag=True, help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same rows).")
-@click.option("--resume", "resume_file", default=None, metavar="FILE",
+@click.option("--resume", "resume_file", default=None, metavar="FILE", type=click.Path(dir_okay=False, resolve_path=True),
               help="Write each model's row to FILE (JSON Lines) as it finishes; models FILE already holds are not scanned again, "
                    "so an interrupted fleet finishes the rest.")
 @executor_option
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, follow_links, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -159,6 +128,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         "keys": keys,
         "workarounds": list(workarounds),
         "workaround_files": [str(Path(f).resolve()) for f in workarounds_from],
+        "follow_links": follow_links,
     }
     from .. import _forks
 
@@ -167,7 +137,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
             return dict(zip(todo, _run_fleet(todo, options, jobs, timeout, limit, lambda index, row: write(row), executor)))
 
         rows = resumed(resume_file, targets, lambda row: row["model"] if isinstance(row.get("model"), str) and "scanned" in row else None, run,
-                       what="model(s) already scanned")
+                       what="model(s) already scanned", valid=valid_row)
     elif not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
         rows = [_result(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
@@ -191,6 +161,30 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     if any(_verdict(row) != "clean" for row in rows):
         return ExitCode.FINDINGS
     return ExitCode.CLEAN
+
+
+def left_behind_line(row: dict) -> str:
+    return (f"{row['model']}: its code left {row['left_behind']} process(es) running after its scan; loadguard killed them "
+            "(code that forks at import or starts servers)")
+
+
+def valid_row(row: dict) -> bool:
+    """Whether a ``--resume`` row has the shape this version writes: everything that shows a row can show it."""
+    from ..formats import Row
+
+    if not isinstance(row.get("model"), str) or not isinstance(row.get("scanned"), bool):
+        return False
+    if not row["scanned"]:
+        return isinstance(row.get("error"), str) and isinstance(row.get("hint"), (str, type(None)))
+    try:
+        if not (isinstance(row.get("model_class"), str) and isinstance(row.get("checks"), list) and isinstance(row.get("workarounds"), list)
+                and all(isinstance(w, dict) and isinstance(w.get("name"), str) and isinstance(w.get("status"), str) for w in row["workarounds"])):
+            return False
+        Row.from_scan(row)
+        json_row(row)
+        return isinstance(row.get("checkpoint"), (str, type(None))) and bool(_verdict(row)) and isinstance(_tensors(row), str)
+    except Exception:
+        return False
 
 
 def _run_fleet(targets, options, jobs, timeout, limit, on_row=None, executor=None) -> list[dict]:
@@ -285,6 +279,8 @@ class _Scanned:
         if len(self.rows_) == 1:
             if self.rows_[0]["scanned"]:  # one model that could not be scanned: only the Error/Hint lines the command raises
                 print_scan(self.rows_[0], out)
+            if self.rows_[0].get("left_behind"):
+                err.print(left_behind_line(self.rows_[0]), highlight=False, markup=False)
             return
         from rich.table import Table
 
@@ -294,6 +290,9 @@ class _Scanned:
         for row in self.rows_:
             table.add_row(row["model"], row.get("model_class", ""), _verdict(row), _tensors(row), _workarounds(row))
         out.print(table)
+        for row in self.rows_:
+            if row.get("left_behind"):
+                err.print(left_behind_line(row), highlight=False, markup=False)
 
 
 @dataclass(frozen=True)
