@@ -66,6 +66,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_fix.py
 	$(BIN)/python benchmarks/bench_missing.py
+	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_hub.py
 
 # The local and the Ray executor side by side (fleet and matrix; needs the package index for the matrix environments)
 bench-ray: $(STAMP)

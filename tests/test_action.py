@@ -66,6 +66,20 @@ def test_the_action_step_reports_a_model_it_cannot_check(tmp_path, zoo_folder):
     assert sarif["runs"][0]["invocations"][0]["executionSuccessful"] is False
 
 
+@needs_v5
+def test_the_actions_defaults_check_the_headline_v4_era_model(tmp_path, zoo_folder):
+    """The MiniCPM-V-shaped model's code was written for transformers 4: the defaults apply its workarounds, so the
+    step reports pos_embed (exit 1), not a NameError (exit 2)."""
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    shutil.copytree(zoo_folder("minicpmv_like"), tmp_path / "minicpm")
+    done = _step(tmp_path, LOADGUARD_MODELS="minicpm", LOADGUARD_ARGS=action["inputs"]["args"]["default"])
+    assert done.returncode == 1 and "pos_embed" in done.stdout, done.stderr[-2000:]
+    environ = {k: v for k, v in os.environ.items() if k != "LOADGUARD_ARGS"}
+    variables = {**environ, "LOADGUARD_MODELS": "minicpm", "LOADGUARD_SARIF": str(tmp_path / "s.sarif")}
+    unset = subprocess.run([sys.executable, str(ROOT / "tools" / "github_action.py")], capture_output=True, text=True, cwd=tmp_path, env=variables, timeout=600)
+    assert unset.returncode == 1, unset.stderr[-2000:]  # the script's own default is the action's
+
+
 def test_the_pre_commit_hooks_name_real_flags_and_the_files_they_watch():
     from click import Context
 
@@ -76,9 +90,11 @@ def test_the_pre_commit_hooks_name_real_flags_and_the_files_they_watch():
     with Context(cli) as ctx:
         for hook in hooks:
             words = shlex.split(hook["entry"])
-            command = cli.get_command(ctx, words[1])
+            assert words[:2] == ["loadguard", "hook"] and words[2] in ("scan", "audit")
+            command = cli.get_command(ctx, words[2])
             options = {o for p in command.params for o in p.opts}
-            assert words[0] == "loadguard" and all(w in options for w in words[2:] if w.startswith("-"))
+            assert hook["args"] == ["--trust-remote-code", "--workaround", "auto"] and all(w in options for w in hook["args"] if w.startswith("-"))
+            assert hook.get("pass_filenames", True) is True  # the changed files name the model folders
             watched = re.compile(hook["files"])
             assert all(watched.search(f) for f in ("config.json", "modeling_lgtoy.py", "sub/configuration_x.py", "model.safetensors", "model.safetensors.index.json"))
             assert not any(watched.search(f) for f in ("README.md", "tokenizer.json", "train.py"))
@@ -87,10 +103,28 @@ def test_the_pre_commit_hooks_name_real_flags_and_the_files_they_watch():
 @needs_v5
 def test_the_scan_hook_entry_fails_a_broken_model_folder(tmp_path, zoo_folder):
     hook = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())[0]
-    shutil.copytree(zoo_folder("np_buffer"), tmp_path / "repo")
-    words = shlex.split(hook["entry"])
+    shutil.copytree(zoo_folder("np_buffer"), tmp_path / "repo" / "models" / "toy")
+    (tmp_path / "repo" / "README.md").write_text("not a model")
+    words = [*shlex.split(hook["entry"]), *hook["args"], "models/toy/modeling_lgtoy.py", "models/toy/config.json", "README.md"]
     done = subprocess.run([sys.executable, "-m", "loadguard", *words[1:]], cwd=tmp_path / "repo", capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "positions.index" in done.stdout
+    assert done.returncode == 1 and "positions.index" in done.stdout and "models/toy" in done.stdout  # one scan of the one folder
+    done = subprocess.run([sys.executable, "-m", "loadguard", *words[1:3], *hook["args"], "README.md"], cwd=tmp_path / "repo",
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "nothing to check" in done.stderr
+
+
+def test_the_hook_takes_each_changed_file_to_its_model_folder(tmp_path):
+    from loadguard.cli.hook import model_folders, split_files
+
+    for folder in ("a", "b/c"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text("{}")
+    (tmp_path / "b" / "c" / "sub").mkdir()
+    (tmp_path / "b" / "c" / "sub" / "modeling_x.py").write_text("")
+    (tmp_path / "loose.py").write_text("")
+    files = [str(tmp_path / p) for p in ("a/config.json", "b/c/sub/modeling_x.py", "a/config.json", "loose.py")]
+    assert model_folders(files, tmp_path) == ["a", "b/c"]
+    assert split_files(("--trust-remote-code", "--workaround", "auto", *files)) == (["--trust-remote-code", "--workaround", "auto"], files)
 
 
 @pytest.mark.slow

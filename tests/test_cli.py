@@ -104,9 +104,12 @@ def test_repair_reports_and_never_writes_to_path(run, zoo_folder):
     folder = zoo_folder("shared_buffer")
     before = fingerprint(folder)
     code, out, _ = run("audit", str(folder), "--trust-remote-code", "--repair", "--format", "json")
-    assert code == 1  # the model as loaded was broken
-    repair = json.loads(out)["repair"]
-    assert repair["ok"] is True
+    assert code == 0  # every finding repaired, the re-audit clean (ruff's --fix convention)
+    document = json.loads(out)
+    repair = document["repair"]
+    assert repair["ok"] is True and document["ok"] is False  # the model as loaded was broken
+    code, out, _ = run("audit", str(folder), "--trust-remote-code", "--repair", "--exit-non-zero-on-repair", "--format", "json")
+    assert code == 1
     assert set(repair["repaired"]) == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
     assert fingerprint(folder) == before
 
@@ -268,6 +271,8 @@ def test_compare_shows_the_divergence_and_repair_agrees(run, zoo_folder):
     assert all(len(b["ids"]) == 8 and "!" not in b["text"] for b in document["b"])
     code, out, _ = run("compare", folder, "--trust-remote-code", "--workaround", "auto", "--repair")
     assert code == 0 and "agree (check_logprobs_close)" in out and "repaired before generating: resampler.pos_embed" in out
+    code, out, _ = run("compare", folder, "--trust-remote-code", "--workaround", "auto", "--repair", "--exit-non-zero-on-repair")
+    assert code == 1 and "agree (check_logprobs_close)" in out  # a repair was needed: the gate fails
 
 
 def test_compare_clean_text_model_with_prompts(run, zoo_folder):
@@ -323,7 +328,7 @@ def test_untied_v4_list_ties_fail_and_repair_reties_them(run, zoo_folder):
     code, out, err = run("audit", folder, "--trust-remote-code", "--repair", "--format", "json")
     document = json.loads(out)
     tied = {f["tensor"]: (f["check"], f["status"]) for f in document["findings"] if f["check"] == "tied_weights"}
-    assert code == 1 and tied == {name: ("tied_weights", "mismatch") for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")}
+    assert code == 0 and tied == {name: ("tied_weights", "mismatch") for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")}
     assert "declared tied to shared.weight (v4 list)" in next(f["detail"] for f in document["findings"] if f["check"] == "tied_weights")
     assert document["repair"]["ok"] is True
     model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True)

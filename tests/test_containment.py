@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 from loadguard import _forks, _procs
 from loadguard.cli.scan import memory_limit, scan_fleet
 
-from .conftest import run_cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli
+
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads these models right: no finding to carry")
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="process containment is proven with /proc (Linux)")
 OPTIONS = {"trust_remote_code": True, "keys": "auto", "workarounds": [], "placement": {}}
@@ -162,8 +164,8 @@ def test_a_timeout_kills_what_left_the_process_group(zoo_folder, tmp_path, monke
     pid_dir.mkdir()
     monkeypatch.setenv("LG_PID_DIR", str(pid_dir))
     hangs = _with_code(zoo_folder, tmp_path, "hangs_timeout", FORK_AND_HANG)
-    (row,) = scan_fleet([hangs], OPTIONS, jobs=1, timeout=20)
-    assert row["scanned"] is False and "timed out after 20 s" in row["error"]
+    (row,) = scan_fleet([hangs], OPTIONS, jobs=1, timeout=10)
+    assert row["scanned"] is False and "timed out after 10 s" in row["error"]
     assert _none_alive(_pids(pid_dir, 2)) == []
 
 
@@ -199,6 +201,7 @@ def _clean_lines(text: str) -> None:
         assert not line.lstrip().startswith("::"), line
 
 
+@needs_v5
 def test_a_hostile_folder_name_reaches_no_output_raw(zoo_folder, tmp_path, capsys):
     missing = str(tmp_path / HOSTILE)
     code, out, err = run_cli(capsys, "audit", missing)
@@ -226,13 +229,13 @@ def test_a_config_value_with_escapes_reaches_stderr_escaped(tmp_path, capsys):
 @settings(max_examples=150, deadline=None)
 @given(st.text(min_size=1, max_size=40))
 def test_every_text_through_the_console_is_one_line_without_controls(text):
-    from rich.markup import escape
     from rich.table import Table
 
+    from loadguard._text import styled
     from loadguard.cli._common import SafeConsole
 
     console = SafeConsole(file=io.StringIO(), width=100_000, soft_wrap=True, color_system=None, force_terminal=True)
-    console.print(f"[bold]Error:[/] {escape(text)}", highlight=False)
+    console.print(styled("[bold]Error:[/] {}", text), highlight=False)
     table = Table()
     table.add_column("model", overflow="fold")
     table.add_row(text)
@@ -241,11 +244,13 @@ def test_every_text_through_the_console_is_one_line_without_controls(text):
     _clean_lines(output)
     lines = output.splitlines()
     assert lines[0].startswith("Error: ") and len(lines) == 1 + 5  # one line, then a table of one row
+    assert "[" not in text or "[" in output  # brackets in the text are text
     assert "\x1b]8" not in output
 
 
 # -- model code that moves the ground ----------------------------------------------------------------------------------
 
+@needs_v5
 def test_model_code_that_changes_directory_moves_no_output(zoo_folder, tmp_path, capsys, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -397,6 +402,7 @@ def test_a_matrix_resume_cell_of_the_wrong_shape_is_not_trusted():
 
 @linux
 @pytest.mark.skipif(not _forks.available(), reason="needs os.fork")
+@needs_v5
 def test_fix_stopped_by_sigterm_while_proving_leaves_no_folder_and_no_process(zoo_folder, tmp_path):
     """The proof's child hangs in the model's code (its second import); SIGTERM: no staging folder, no output folder,
     no process left."""

@@ -91,8 +91,8 @@ def test_garbage_buffers_in_offloaded_modules_are_found_and_repaired(zoo_folder,
     layout = {"embed_tokens": "cpu", "positions": "disk", "layers.0": "cpu", "layers.1": "disk", "norm": "cpu", "lm_head": "cpu"}
     model = loadguard.load("AutoModelForCausalLM", zoo_folder("np_buffer"), trust_remote_code=True, poison=True, device_map=layout, offload_folder=tmp_path / "offload")
     assert model.layers[1].attn.q_proj.weight.device.type == "meta"  # the module is offloaded; its buffers stay on it
-    assert {f.tensor: f.status for f in model.loadguard_report.failures} == {f.tensor: f.status for f in zoo.get("np_buffer").expected_for(2)}
-    assert model.loadguard_repair.ok
+    assert {f.tensor: f.status for f in model.loadguard_report_as_loaded.failures} == {f.tensor: f.status for f in zoo.get("np_buffer").expected_for(2)}
+    assert model.loadguard_repair.ok and model.loadguard_report.ok
     with torch.no_grad():
         assert torch.equal(model(TOKENS).logits, zoo.build_model("np_buffer")(TOKENS).logits)
 
@@ -109,8 +109,8 @@ def test_offloaded_vlm_repaired_generates_like_the_fixed_variant(zoo_folder, tmp
               "llm.model.rotary_emb": "cpu", "llm.lm_head": "cpu", "vpm": "cpu", "resampler": "cpu"}
     folder = zoo_folder("minicpmv_like")
     model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True, workarounds="auto", device_map=layout, offload_folder=tmp_path / "offload")
-    assert [f.tensor for f in model.loadguard_report.failures] == ["resampler.pos_embed"] and model.loadguard_repair.ok
-    assert "offloaded by accelerate" in model.loadguard_report.summary("checkpoint_fidelity").reason
+    assert [f.tensor for f in model.loadguard_report_as_loaded.failures] == ["resampler.pos_embed"] and model.loadguard_repair.ok
+    assert "offloaded by accelerate" in model.loadguard_report_as_loaded.summary("checkpoint_fidelity").reason
     prompts, images = default_cases(folder)
     processor = AutoProcessor.from_pretrained(folder, trust_remote_code=True)
     repaired = HfRunner.from_model(model, processor).generate_greedy(prompts, 8, images=images)

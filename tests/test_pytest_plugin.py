@@ -35,8 +35,8 @@ def test_repair_makes_every_case_pass_and_summarizes(suite):
 
     result = suite.runpytest_subprocess("--loadguard=repair", "--strict-markers")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*loadguard*", "*policy repair, poison off: 6 model load(s) audited*"])
-    # without poison a load can by chance get a freed copy of the right table: every broken one was repaired
+    result.stdout.fnmatch_lines(["*loadguard*", "*policy repair, poison on: 6 model load(s) audited*"])  # poisoned as the CLI's loads
+    # every broken one was repaired
     line = re.search(r"6 load\(s\), (\d) broken(?: \(resampler.pos_embed\), (\d) repaired)?", result.stdout.str())
     assert line is not None and (line.group(1) == "0" or line.group(1) == line.group(2))
     result = suite.runpytest_subprocess("--loadguard=repair", "--loadguard-poison", "--strict-markers")  # every load broken
@@ -51,7 +51,7 @@ def test_poison_fails_every_case_the_same_way_naming_pos_embed(suite):
     result = suite.runpytest_subprocess("--loadguard-poison", "-rN")
     result.assert_outcomes(failed=6)
     out = result.stdout.str()
-    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (uninitialized)" in out
+    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (uninitialized at " in out
     assert "non-finite logprob" not in out  # never compared
 
 
@@ -62,7 +62,7 @@ def test_fail_policy_names_the_tensor_and_the_fix(suite):
     result = suite.runpytest_subprocess("--loadguard=fail", "--loadguard-poison", "-rN")
     result.assert_outcomes(failed=6)
     out = result.stdout.str()
-    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (uninitialized)" in out
+    assert out.count("loadguard: 1 tensor(s) of") == 6 and "resampler.pos_embed (uninitialized at " in out
     assert "During handling of the above exception" not in out  # one message per failure, no chained copy
     assert "Hint: repair it in memory with loadguard.repair" in out and "_init_weights" in out
     assert out.count("In this pytest run: --loadguard=repair") == 6
@@ -123,7 +123,7 @@ def test_marker_workarounds_and_strict_stale(suite):
     result.assert_outcomes(passed=2, failed=4)
     out = result.stdout.str()
     assert "StaleWorkaroundError" in out and "preserves resampler.pos_embed" in out
-    assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized)" in out
+    assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized at " in out
     assert out.count("repair left it broken (logit_scale") == 2 and "still-broken model reached" not in out
     assert "In this pytest run: --loadguard=repair" not in out  # repair already ran: no advice to turn it on
 
@@ -179,7 +179,7 @@ def test_a_scan_inside_a_test_is_not_audited_and_leaves_the_plugin_working(pytes
     result = pytester.runpytest_subprocess("--loadguard=fail", "--loadguard-poison", "-rN", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized)" in out
+    assert "loadguard: 4 tensor(s) of" in out and "positions.table (uninitialized at " in out
     assert "1 model load(s) audited" in out
 
 
@@ -379,7 +379,7 @@ def test_without_poison_a_missing_scalar_transformers_calls_initialized_fails(py
     result = pytester.runpytest_subprocess("--loadguard=fail", "-rN", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
-    assert "logit_scale (uninitialized)" in out
+    assert "logit_scale (uninitialized" in out
 
 
 def test_repeat_keeps_node_ids_and_fingerprints_a_failure_by_what_it_is(pytester, capsys):
@@ -438,7 +438,7 @@ def test_a_fixture_checks_without_any_command_line_flag(pytester):
     result = pytester.runpytest_subprocess("--loadguard-poison", "-rN", "-p", "no:cacheprovider")
     if IS_V5:
         result.assert_outcomes(passed=2, failed=1)
-        assert "test_broken_load_fails" in result.stdout.str() and "positions.table (uninitialized)" in result.stdout.str()
+        assert "test_broken_load_fails" in result.stdout.str() and "positions.table (uninitialized at " in result.stdout.str()
     else:
         result.assert_outcomes(passed=3)
 

@@ -14,7 +14,7 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-PAGES = ["audit", "fix", "pytest", "workarounds", "scan", "matrix", "ray", "findings", "trust", "zoo", "contributing", "architecture"]
+PAGES = ["audit", "fix", "pytest", "workarounds", "scan", "hub", "matrix", "ray", "findings", "trust", "zoo", "contributing", "architecture"]
 DOCS = README + "".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)  # in reading order
 # a Python block the test runs is preceded by <!-- readme-test: path=ZOO_ENTRY -->: the model `path` names
 PYTHON_BLOCKS = re.findall(r"<!-- readme-test: path=(\w+) -->\n```python\n(.*?)```", DOCS, re.S)
@@ -63,7 +63,7 @@ COMMANDS = [line.split("  #")[0].strip() for line in BASH if line.startswith("lo
 
 
 def test_the_command_lines_are_found():
-    assert len(COMMANDS) == 12 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
+    assert len(COMMANDS) == 13 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
     others = [line for line in BASH if not line.startswith("loadguard ")]
     assert [line.split()[0] for line in others] == ["make", "make", "pytest", "pytest"]
 
@@ -87,7 +87,8 @@ EXIT = {
     "loadguard audit ./my-model --trust-remote-code": 2,
     "loadguard audit ./my-model --trust-remote-code --workaround auto": 1,  # pos_embed, as loaded
     "loadguard audit ./my-model --trust-remote-code --workaround auto --format json": 1,
-    "loadguard audit ./my-model --trust-remote-code --workaround auto --repair": 1,  # repaired in memory; the load was broken
+    "loadguard audit ./my-model --trust-remote-code --workaround auto --repair": 0,  # every finding repaired, the re-audit clean
+    "loadguard audit ./my-model --trust-remote-code --workaround auto --repair --exit-non-zero-on-repair": 1,  # the load was broken
     "loadguard compare ./my-model --trust-remote-code --workaround auto": 1,
     "loadguard compare ./my-model --trust-remote-code --workaround auto --repair": 0,
     "loadguard trace ./my-model --trust-remote-code --workaround auto": 1,

@@ -78,6 +78,6 @@ def test_the_plugin_mode_comes_from_the_table(pytester):
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    assert "positions.table (uninitialized)" in result.stdout.str()
+    assert "positions.table (uninitialized at " in result.stdout.str()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--loadguard=off")
     result.assert_outcomes(passed=1)

@@ -4,7 +4,7 @@ run's JSON. Configured by environment variables (what action.yml's inputs become
 
     LOADGUARD_MODELS            model folders or Hub ids, separated by spaces or newlines (default ".")
     LOADGUARD_COMMAND           scan (default) or audit
-    LOADGUARD_ARGS              extra arguments (default "--trust-remote-code")
+    LOADGUARD_ARGS              extra arguments (default "--trust-remote-code --workaround auto")
     LOADGUARD_SARIF             where to write the SARIF file (default loadguard.sarif)
     LOADGUARD_FAIL_ON_FINDINGS  "true" (default): exit 1 on findings; "false": only a model that cannot be checked fails
 
@@ -29,7 +29,7 @@ def main() -> int:
         print(f"::error title=loadguard::command must be scan or audit, not {command!r}")
         return 2
     models = os.environ.get("LOADGUARD_MODELS", ".").split() or ["."]
-    extra = shlex.split(os.environ.get("LOADGUARD_ARGS", "--trust-remote-code"))
+    extra = shlex.split(os.environ.get("LOADGUARD_ARGS", "--trust-remote-code --workaround auto"))
     rows: list[Row] = []
     codes: list[int] = []
     batches = [models] if command == "scan" else [[model] for model in models]  # scan takes a fleet, audit one model

@@ -30,7 +30,7 @@ _EXPORTS = {
     "FixResult": "fix",
     "BrokenModelError": "errors",
     "LoadguardError": "errors",
-    "LoadguardWarning": "load",
+    "LoadguardWarning": "errors",
     "load": "load",
     "poison": "poison",
     "repair": "repair",
@@ -55,7 +55,8 @@ if TYPE_CHECKING:
     from .audit import audit
     from .fix import FixResult, fix
     from .errors import BrokenModelError, LoadguardError
-    from .load import LoadguardWarning, load
+    from .errors import LoadguardWarning
+    from .load import load
     from .poison import poison
     from .repair import repair
     from .scan import scan

@@ -21,7 +21,8 @@ NOTES = "LOADGUARD_FIX.md"
 def model_folder(target: str) -> Path:
     """The local folder of ``target``: itself, or a Hub id's snapshot in the standard Hugging Face cache (fetched once;
     the fixed copy links the weights there, where they stay)."""
-    from ._hf import HUB_ID, hub_failure, hub_offline
+    from ._hf import HUB_ID, hub_offline
+    from ._hub import failure
     from .errors import ModelNotFoundError
 
     folder = Path(target)
@@ -34,7 +35,7 @@ def model_folder(target: str) -> Path:
     try:
         return Path(snapshot_download(str(target)))
     except Exception as error:  # offline, missing, gated: one line saying which
-        raise hub_failure(target, error, hub_offline()) from None
+        raise failure(target, error, hub_offline()) from None
 
 
 def _link(source: Path, target: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import traceback
@@ -14,6 +13,7 @@ from typing import Any
 import torch
 
 from ._config import config_dict, folder_of, local_config  # noqa: F401  (callers read configs through _hf too)
+from ._preflight import HUB_ID, hub_offline, read_config  # noqa: F401  (callers reach them through _hf too)
 from .errors import (
     EagerAttentionNeededError,
     InvalidOptionError,
@@ -26,7 +26,6 @@ from .errors import (
 )
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def parse_dtype(value: Any) -> Any:
@@ -52,46 +51,6 @@ def check_device(device: str | None) -> None:
         raise InvalidOptionError(f"{device} does not exist: this machine has {torch.cuda.device_count()} GPU(s)", "use cuda:0")
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise InvalidOptionError("--device mps was asked for but MPS is not available here", "use --device cpu")
-
-
-def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` keeps the Hugging Face Hub out of reach."""
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "")
-
-
-def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
-    """Pre-flight for a local folder: it exists, holds a readable config.json, and its remote code is trusted."""
-    folder = Path(path)
-    if not folder.exists():
-        if HUB_ID.match(str(path)) and hub_offline():
-            from .errors import HubUnreachableError
-
-            raise HubUnreachableError(
-                f"{path} is not a local folder and the Hugging Face Hub cannot be reached (HF_HUB_OFFLINE is set)",
-                "download the model first (hf download) and pass its local folder",
-            )
-        if HUB_ID.match(str(path)):
-            return {}
-        raise ModelNotFoundError(f"{path} does not exist", "pass the folder that holds the model's config.json and weights")
-    if not folder.is_dir():
-        raise ModelNotFoundError(f"{path} is a file, not a model folder", "pass the folder that holds config.json")
-    config_file = folder / "config.json"
-    if not config_file.is_file():
-        raise ModelConfigError(f"{folder} has no config.json, so it is not a transformers model folder", "pass the folder that holds config.json")
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as error:
-        from ._paths import named, unreadable_because
-
-        raise ModelConfigError(f"{named(config_file, folder)} is not valid JSON ({unreadable_because(error)})", "fix or re-save the config") from None
-    auto_map = config.get("auto_map") or {}
-    if auto_map and not trust_remote_code:
-        files = sorted({str(v if isinstance(v, str) else v[0]).split(".")[0] + ".py" for v in auto_map.values() if v})
-        raise RemoteCodeNotTrustedError(
-            f"{folder} runs its own code ({', '.join(files)}) and trust_remote_code was not given",
-            "read that code, then pass --trust-remote-code (trust_remote_code=True) if you trust it",
-        )
-    return config
 
 
 def check_checkpoint(path: str | os.PathLike) -> None:
@@ -224,32 +183,6 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     return model
 
 
-_UNREACHABLE = ("connecterror", "connectionerror", "name or service not known", "couldn't connect", "could not connect",
-                "outgoing traffic has been disabled", "temporary failure in name resolution", "timed out", "network is unreachable",
-                "offline mode", "connection refused")
-
-
-def hub_failure(repo_id: Any, error: BaseException, offline: bool) -> ModelNotFoundError:
-    """A Hub id that could not be fetched: offline (the Hub unreachable or HF_HUB_OFFLINE set, nothing cached) told apart
-    from missing (the Hub answered: no such model, or not for you)."""
-    from .errors import HubUnreachableError
-
-    chain, seen = [], error
-    while seen is not None and len(chain) < 8:
-        chain.append(f"{type(seen).__name__}: {seen}".lower())
-        seen = seen.__cause__ or seen.__context__
-    text = " | ".join(chain)
-    first = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if offline or any(marker in text for marker in _UNREACHABLE):
-        where = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face Hub cannot be reached from here"
-        return HubUnreachableError(
-            f"{repo_id}: offline ({where}) and not in the local cache ({first})",
-            "unset HF_HUB_OFFLINE to fetch it" if offline else "connect to the Hub (or set HF_ENDPOINT to a mirror), download the model where you can, or pass a local folder",
-        )
-    return ModelNotFoundError(f"{repo_id}: no such model on the Hugging Face Hub, or not one you can see ({first})",
-                              "check the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN")
-
-
 def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = (), device_map: Any = None) -> LoadguardError:
     """Say what a failed ``from_pretrained`` (or construction) means and what to do about it."""
     import transformers
@@ -297,7 +230,9 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
     if "trust_remote_code" in text:
         return RemoteCodeNotTrustedError(f"{path} needs its own code to load and it was not trusted", "pass --trust-remote-code if you trust it")
     if isinstance(error, OSError) and ("offline" in text.lower() or "connect" in text.lower() or "couldn't" in text.lower()):
-        return hub_failure(path, error, hub_offline())
+        from ._hub import failure
+
+        return failure(path, error, hub_offline())
     if isinstance(error, OSError) and "is not a local folder and is not a valid model identifier" in text:
         return ModelNotFoundError(f"{path} is neither a local folder nor a model on the Hugging Face Hub ({text})",
                                   "check the path or the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN")

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from . import _config, _hf
+from ._preflight import missing
 from .errors import ModelNotFoundError
 
 _HUB_PATTERNS = ["*.json", "*.py", "*.txt", "*.model", "*.tiktoken"]
@@ -26,6 +27,10 @@ class Source:
     header: dict[str, tuple[tuple[int, ...], torch.dtype]] | None
     header_from: str | None
     config_object: Any = None
+    revision: str | None = None
+    """The commit a Hub id resolved to (None for a local folder or a config)."""
+    fetched_bytes: int | None = None
+    """File content fetched from the Hub for this scan (0 when the cache had it all; None: not from the Hub)."""
 
 
 
@@ -53,14 +58,6 @@ def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *
     if refused is not None:
         raise refused
     return _hub_source(text, trust_remote_code, revision, hub_header)
-
-
-def missing(text: str) -> ModelNotFoundError | None:
-    """The error a scan of ``text`` ends with before any model code runs, when ``text`` is neither a path that exists
-    nor a Hub id (one ``stat``: a fleet answers such rows without a child); None otherwise."""
-    if Path(text).exists() or _hf.HUB_ID.match(text):
-        return None
-    return ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
 
 
 def _own_files(folder: Path) -> None:
@@ -108,37 +105,38 @@ def _local_header(folder: Path) -> tuple[dict | None, str | None]:
 
 
 def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, header: bool) -> Source:
-    """Only ``*.json`` and ``*.py`` from the Hub (the cache when offline); the safetensors headers by range reads."""
-    from huggingface_hub import snapshot_download
+    """Only ``*.json`` and ``*.py`` from the Hub (the cache when offline), at ``revision`` (or the one after ``@`` in the
+    id); the safetensors headers by range reads (:mod:`loadguard._hub`). The source names the commit it resolved and
+    the bytes it fetched."""
+    from . import _hub
 
+    name, pinned = _hub.split_id(repo_id)
+    revision = revision or pinned
     offline = _hf.hub_offline()
-    try:
-        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=offline))
-    except Exception as error:
-        raise _hf.hub_failure(repo_id, error, offline) from None
+    fetched = _hub.Fetched()
+    folder = _hub.snapshot(name, revision, _HUB_PATTERNS, offline, fetched)
     config = _hf.read_config(folder, trust_remote_code)
     shapes, where = (None, None)
     if header:
-        shapes, where = _hub_header(repo_id, revision, folder, offline)
-    return Source(repo_id, folder, config, shapes, where)
+        shapes, where = _hub_header(name, fetched.commit, folder, offline, fetched)
+    return Source(repo_id, folder, config, shapes, where, revision=fetched.commit, fetched_bytes=fetched.bytes)
 
 
-def _hub_header(repo_id: str, revision: str | None, folder: Path, offline: bool) -> tuple[dict | None, str | None]:
+def _hub_header(repo_id: str, commit: str, folder: Path, offline: bool, fetched) -> tuple[dict | None, str | None]:
+    from . import _hub
     from .checkpoint import _ST_DTYPES
 
     if offline:  # only what is cached: complete safetensors files there have readable headers
         return _local_header(folder) if any(folder.glob("*.safetensors")) else (None, None)
-    from huggingface_hub import HfApi
-
-    try:
-        metadata = HfApi().get_safetensors_metadata(repo_id, revision=revision)
-    except Exception:  # no safetensors on the Hub: the caller falls back or says so
+    found = _hub.headers(repo_id, commit, folder, fetched)
+    if found is None:
         return None, None
     shapes = {}
-    for file_metadata in metadata.files_metadata.values():
-        for key, info in file_metadata.tensors.items():
-            shapes[key] = (tuple(info.shape), _ST_DTYPES[info.dtype])
-    return shapes, f"{repo_id} (safetensors headers)"
+    for header in found.values():
+        for key, info in header.items():
+            if key != "__metadata__":
+                shapes[key] = (tuple(info["shape"]), _ST_DTYPES[info["dtype"]])
+    return shapes, f"{repo_id}@{commit} (safetensors headers)"
 
 
 def load_config(source: Source, trust_remote_code: bool):

@@ -33,7 +33,7 @@ KEYS: dict[str, tuple[type, Any, str]] = {
     "jobs": (int, 1, "--jobs of scan and matrix"),
     "color": (str, "auto", "--color: auto, always or never"),
     "plugin": (str, "off", "the pytest plugin's mode when --loadguard is not given: off, warn, fail or repair"),
-    "poison": (bool, False, "the pytest plugin loads under loadguard.poison() (as --loadguard-poison)"),
+    "poison": (bool, None, "the pytest plugin's loads under loadguard.poison(): true (also with plugin off), false; unset: every audited load"),
 }
 MAX_JOBS = 256  # as --jobs takes
 EXAMPLES = {"timeout": 600.0, "memory-limit": "8GB", "baseline": "loadguard-baseline.json", "workarounds": ["auto"]}

@@ -41,6 +41,19 @@ def cell(text: object) -> str:
     return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
+class Markup(str):
+    """Text of loadguard's own with rich ``[style]`` tags: the only text the consoles read tags in. Everything else is
+    shown as written (a folder ``model[v2]``, a hint ``loadguard[ray]``, a help's ``[default: table]``)."""
+
+
+def styled(template: str, *values: object) -> Markup:
+    """``template`` (ours: ``[style]`` tags, ``{}`` fields) filled with ``values``, each shown as text (its brackets
+    escaped) unless it is :class:`Markup` itself."""
+    from rich.markup import escape
+
+    return Markup(template.format(*(value if isinstance(value, Markup) else escape(str(value)) for value in values)))
+
+
 def unlinked(text):
     """A rich ``Text`` without hyperlinks (markup's ``[link=...]``: an OSC 8 sequence in a terminal): nothing printed
     links anywhere."""
@@ -61,4 +74,4 @@ def unlinked(text):
     return text
 
 
-__all__ = ["cell", "unlinked", "visible", "xml"]
+__all__ = ["Markup", "cell", "styled", "unlinked", "visible", "xml"]

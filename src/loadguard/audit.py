@@ -314,7 +314,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)
         notes = []
         if proven:
-            notes.append(f"{proven} proven unmodified (the memory map's page state, or an offload hook reading the checkpoint's own bytes), the rest compared")
+            rest = f", the other {compared - proven} compared" if compared > proven else ""  # nothing left to compare: not said
+            notes.append(f"{'all ' if compared == proven else ''}{proven} proven unmodified (the memory map's page state, or an offload hook reading "
+                         f"the checkpoint's own bytes){rest}")
         if key_map.unexpected:
             notes.append(f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model")
         if len(offload):

@@ -216,7 +216,7 @@ def check_logprobs_close(
             name, (position, token, value) = bad[0]
             message = (
                 f"{header} {name} has a non-finite logprob ({value}) for token {token} at position {position}: "
-                "the model's output is NaN/Inf, not a token choice (audit its load with loadguard.audit)\n" + "\n".join(both)
+                "the model's output is NaN/Inf, not a token choice (audit its load: `loadguard audit PATH`, or loadguard.audit(model))\n" + "\n".join(both)
             )
             prompts.append(PromptComparison(index, False, prefix, None, None, message))
             continue

@@ -84,6 +84,11 @@ class HubUnreachableError(ModelNotFoundError):
     the same as missing: the model may well exist."""
 
 
+class HubAccessError(ModelNotFoundError):
+    """The Hub will not show this repository to this request: gated (403), or private or missing (401); a token
+    (``HF_TOKEN``, ``hf auth login``) that can read it is the way in."""
+
+
 class ModelConfigError(LoadguardError):
     """No usable config: missing ``config.json``, unknown architecture, unreadable config."""
 
@@ -153,3 +158,7 @@ class ModelRunError(LoadguardError):
 
 class ExecutorError(LoadguardError):
     """The executor a command was told to use cannot run it: Ray not installed, no cluster at the address given."""
+
+
+class LoadguardWarning(UserWarning):
+    """Issued by ``load(on_problem="warn")`` when a model loaded broken (also ``loadguard.load.LoadguardWarning``)."""

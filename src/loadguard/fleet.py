@@ -49,6 +49,7 @@ def _result(target: str, options: dict) -> dict:
             workarounds=list(options.get("workarounds", ())),
             trust_remote_code=options.get("trust_remote_code", False),
             follow_links=options.get("follow_links", False),
+            revision=options.get("revision"),
             **options.get("placement", {}),
         )
     except LoadguardError as error:
@@ -69,7 +70,7 @@ def _error_row(target: str, error) -> dict:
 
 def _answered_here(targets: list[str]) -> dict[int, dict]:
     """Rows that need no model code, answered in this process (a path that does not exist: one ``stat``, not a child)."""
-    from ._scan_source import missing
+    from ._preflight import missing
 
     return {index: _error_row(target, error) for index, target in enumerate(targets) if (error := missing(target)) is not None}
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _hf, _observers
-from .errors import BrokenModelError, InvalidOptionError
+from .errors import BrokenModelError, InvalidOptionError, LoadguardWarning
 from .poison import poison as poison_context
 from .repair import repair
 from .report import AuditReport, RepairResult
@@ -17,14 +17,10 @@ from .report import AuditReport, RepairResult
 POLICIES = ("repair", "raise", "warn")
 
 
-class LoadguardWarning(UserWarning):
-    """Issued by ``load(on_problem="warn")`` when a model loaded broken."""
-
-
 def describe_failures(report: AuditReport, limit: int = 8) -> str:
     """One line listing the failing tensors and how each is wrong."""
     failures = report.failures
-    listed = ", ".join(f"{f.tensor} ({f.status})" for f in failures[:limit])
+    listed = ", ".join(f"{f.tensor} ({f.status}{' at ' + f.location if f.location else ''})" for f in failures[:limit])
     more = f" and {len(failures) - limit} more" if len(failures) > limit else ""
     return f"{len(failures)} tensor(s) of {report.model} are not what its code and checkpoint define: {listed}{more}"
 
@@ -88,14 +84,15 @@ def load(
         strict_stale: a stale workaround raises :class:`loadguard.errors.StaleWorkaroundError`.
         **from_pretrained_kwargs: passed to ``from_pretrained`` (``dtype=``, ``trust_remote_code=``, ...).
 
-    The returned model has ``model.loadguard_report`` (the audit of the load, after any workaround, with
-    their outcomes in ``.workarounds``), ``model.loadguard_report_as_loaded`` (before workarounds) and
-    ``model.loadguard_repair`` (the :class:`RepairResult`, or None when nothing was repaired).
+    The returned model has ``model.loadguard_report``, which describes the model you hold (after workarounds and
+    any repair: ``.method`` says what was repaired, ``.workarounds`` their outcomes), ``model.loadguard_report_as_loaded``
+    (what ``from_pretrained`` left, before either) and ``model.loadguard_repair`` (the :class:`RepairResult`, or None).
 
     Example::
 
         model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True)
-        model.loadguard_report.ok        # False if the load was broken (it has been repaired since)
+        model.loadguard_report.ok              # True: the model you hold is right (repaired if it had to be)
+        model.loadguard_report_as_loaded.ok    # False if from_pretrained left it broken
     """
     if on_problem not in POLICIES:
         raise InvalidOptionError(f"on_problem={on_problem!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
@@ -109,11 +106,9 @@ def load(
         _observers.inside_load.reset(token)
     as_loaded, after = registry.audit_after_load(model, chosen, checkpoint, early=early, strict=strict_stale)
     report = after or as_loaded
-    model.loadguard_report_as_loaded = as_loaded
-    model.loadguard_report = report
-    model.loadguard_repair = None
+    attach(model, as_loaded, report, None)
     if report.ok or on_problem != "repair":
-        _observers.notify("load", report=report, repair=None, policy=on_problem)
+        _observers.notify("load", report=report, repair=None, policy=on_problem, held=model.loadguard_report)
         if report.ok:
             return model
         if on_problem == "raise":
@@ -121,11 +116,30 @@ def load(
         warnings.warn(LoadguardWarning(f"{describe_failures(report)}. {_hint(report)}"), stacklevel=2)
         return model
     result = repair(model, report)
-    model.loadguard_repair = result
-    _observers.notify("load", report=report, repair=result, policy=on_problem)
+    attach(model, as_loaded, report, result)
+    _observers.notify("load", report=report, repair=result, policy=on_problem, held=model.loadguard_report)
     if not result.ok:
         raise BrokenModelError(report, describe_unrepaired(result), UNREPAIRED_HINT)
     return model
+
+
+def held(report: AuditReport, result: RepairResult | None) -> AuditReport:
+    """The report that describes the model as its caller holds it: the re-audit after a repair that worked (its
+    ``method`` says what was repaired; the workaround outcomes kept), else ``report``."""
+    if result is None or not result.ok:
+        return report
+    import dataclasses
+
+    return dataclasses.replace(result.after, workarounds=report.workarounds)
+
+
+def attach(model, as_loaded: AuditReport, report: AuditReport, result: RepairResult | None) -> None:
+    """One rule for :func:`load`, the pytest plugin and its fixtures: ``model.loadguard_report`` describes the model
+    the caller holds (:func:`held`); ``model.loadguard_report_as_loaded`` is what ``from_pretrained`` left (before
+    workarounds and repair); ``model.loadguard_repair`` the repair (None when none ran)."""
+    model.loadguard_report = held(report, result)
+    model.loadguard_report_as_loaded = as_loaded
+    model.loadguard_repair = result
 
 
 UNREPAIRED_HINT = "fix the model's _init_weights or its checkpoint"

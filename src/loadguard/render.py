@@ -12,6 +12,7 @@ from rich.table import Table
 
 from .checks import Check
 from .report import AuditReport, Finding, RepairResult
+from ._text import Markup, styled
 
 _INDEX = re.compile(r"(?<=\.)(\d+)(?=\.|$)")
 _STATUS_STYLE = {
@@ -73,7 +74,7 @@ def findings_table(findings: Iterable[Finding], title: str | None = None) -> Tab
         first = group[0]
         kind = {"parameter": "parameter", "attribute": "attribute"}.get(first.kind) or ("buffer" if first.persistent else "np buffer")
         style = _STATUS_STYLE.get(first.status)
-        status = f"[{style}]{first.status}[/]" if style else first.status
+        status = styled(f"[{style}]{{}}[/]", first.status) if style else first.status
         table.add_row(name, kind, first.check, status, first.dtype, "x".join(map(str, first.shape)) or "scalar", _diff(group))
     return table
 
@@ -112,8 +113,8 @@ def workaround_line(outcome: dict[str, Any]) -> str:
 
 
 def print_report(console: Console, report: AuditReport, repair: RepairResult | None = None) -> None:
-    verdict = "[bold green]clean[/]" if report.ok else f"[bold red]{len(report.failures)} tensor(s) wrong[/]"
-    console.print(f"[bold]{report.model}[/] ({report.model_class}): {verdict}")
+    verdict = Markup("[bold green]clean[/]") if report.ok else styled("[bold red]{} tensor(s) wrong[/]", len(report.failures))
+    console.print(styled("[bold]{}[/] ({}): {}", report.model, report.model_class, verdict))
     if report.findings:
         console.print(findings_table(report.findings))
         for line in detail_lines(report.findings):
@@ -126,8 +127,8 @@ def print_report(console: Console, report: AuditReport, repair: RepairResult | N
         if repair.repaired:
             console.print(f"repaired {len(repair.repaired)}: {', '.join(collapse_names(repair.repaired))}", highlight=False)
         for item in repair.unrepaired:
-            console.print(f"[red]not repairable[/] {item.tensor}: {item.reason}", highlight=False)
-        console.print("after repair: " + ("[bold green]clean[/]" if repair.ok else "[bold red]still broken[/]"))
+            console.print(styled("[red]not repairable[/] {}: {}", item.tensor, item.reason), highlight=False)
+        console.print(Markup("after repair: " + ("[bold green]clean[/]" if repair.ok else "[bold red]still broken[/]")))
 
 
 def report_json(report: AuditReport, repair: RepairResult | None = None, **extra: Any) -> str:

@@ -130,6 +130,10 @@ class AuditReport:
     """``audit`` (a loaded model compared tensor by tensor) or ``scan`` (a load predicted without weights)."""
     method: str = ""
     """How the model was obtained, where it matters to the verdict (a scan: the weightless load and what it skips)."""
+    revision: str | None = None
+    """The commit a Hub id resolved to (a scan of a Hub id): a fingerprint or a baseline refers to that revision."""
+    fetched_bytes: int | None = None
+    """File content fetched from the Hub for a scan (0: all of it was cached); None when nothing came from the Hub."""
     _context: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -168,6 +172,8 @@ class AuditReport:
             "workarounds": [w.to_dict() for w in self.workarounds],
             "versions": dict(self.versions),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            **({"revision": self.revision} if self.revision else {}),
+            **({"fetched_bytes": self.fetched_bytes} if self.fetched_bytes is not None else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:

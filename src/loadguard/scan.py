@@ -230,6 +230,8 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
         versions=versions(),
         seconds=seconds,
         mode="scan",
+        revision=source.revision,
+        fetched_bytes=source.fetched_bytes,
         method=WEIGHTLESS_METHOD.format(
             keys="keys, shapes and dtypes from the checkpoint's safetensors headers" if mode == "header" else "every key of the model's own state dict"
         ),

@@ -14,10 +14,12 @@ import warnings
 import click
 
 from ..errors import LoadguardError
+from ._options import SuggestingGroup
 from ._common import SETTINGS, ExitCode, machine_output, note, pin_directory, report_error, stderr
+from .._text import Markup, styled
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(SuggestingGroup):
     """Imports a command's module only when that command runs, so ``loadguard env`` works even when an
     optional dependency of another command is missing."""
 
@@ -29,6 +31,7 @@ class _LazyGroup(click.Group):
         "demo": ("demo", "demo"),
         "env": ("env", "env"),
         "fix": ("fix", "fix"),
+        "hook": ("hook", "hook"),
         "matrix": ("matrix", "matrix"),
         "repeat": ("repeat", "repeat"),
         "scan": ("scan", "scan"),
@@ -108,7 +111,7 @@ def _warnings_kept(verbose: bool):
     if verbose:
         yield
         return
-    from ..load import LoadguardWarning
+    from ..errors import LoadguardWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
@@ -140,7 +143,7 @@ def _end_by(stop) -> None:
     a shell and a CI runner expect of a process that was told to stop."""
     import signal
 
-    stderr().print(f"[bold red]Error:[/] stopped by {stop.name}; every process this run started was stopped with it", highlight=False)
+    stderr().print(styled("[bold red]Error:[/] stopped by {}; every process this run started was stopped with it", stop.name), highlight=False)
     sys.stderr.flush()
     signal.signal(stop.number, signal.SIG_DFL)
     os.kill(os.getpid(), stop.number)
@@ -176,19 +179,22 @@ def _main(argv: list[str] | None) -> None:
         report_error(error)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.exceptions.Abort:  # Ctrl-C: the children were stopped on the way out
-        stderr().print("[bold red]Error:[/] interrupted; every process this run started was stopped with it", highlight=False)
+        stderr().print(Markup("[bold red]Error:[/] interrupted; every process this run started was stopped with it"), highlight=False)
         sys.exit(ExitCode.COULD_NOT_RUN)
+    except click.exceptions.NoArgsIsHelpError as error:  # `loadguard`, `loadguard zoo`: the help, as --help shows it
+        click.echo(error.ctx.get_help())
+        sys.exit(ExitCode.CLEAN)
     except click.ClickException as error:
         if debug:
             traceback.print_exc()
-        stderr().print(f"[bold red]Error:[/] {error.format_message()}", highlight=False)
+        stderr().print(styled("[bold red]Error:[/] {}", error.format_message()), highlight=False)
         command = error.ctx.command_path if getattr(error, "ctx", None) else "loadguard"
-        stderr().print(f"[bold]Hint:[/] run '{command} --help' for the options", highlight=False)
+        stderr().print(styled("[bold]Hint:[/] run '{} --help' for the options", command), highlight=False)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except Exception as error:  # never a bare traceback
         if debug:
             traceback.print_exc()
-        stderr().print(f"[bold red]Error:[/] unexpected {type(error).__name__}: {error}", highlight=False)
-        stderr().print("[bold]Hint:[/] set LOADGUARD_DEBUG=1 to see the traceback, and report it", highlight=False)
+        stderr().print(styled("[bold red]Error:[/] unexpected {}: {}", type(error).__name__, error), highlight=False)
+        stderr().print(Markup("[bold]Hint:[/] set LOADGUARD_DEBUG=1 to see the traceback, and report it"), highlight=False)
         sys.exit(ExitCode.COULD_NOT_RUN)
     sys.exit(code if isinstance(code, int) else ExitCode.CLEAN)

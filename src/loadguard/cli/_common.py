@@ -14,6 +14,7 @@ import click
 
 from ._consoles import NON_TTY_WIDTH, SETTINGS, SafeConsole, stderr, stdout  # noqa: F401  (the commands import them from here)
 from ._options import workarounds_from_option
+from .._text import styled
 
 
 class ExitCode(IntEnum):
@@ -92,14 +93,12 @@ def machine_output(active: bool):
 def report_error(error) -> None:
     """A :class:`loadguard.LoadguardError` as every command ends with one: ``Error:`` and, when there is one, ``Hint:``
     (worded for the CLI) on stderr."""
-    from rich.markup import escape
-
     from ..errors import hint_for
 
-    stderr().print(f"[bold red]Error:[/] {escape(error.message)}", highlight=False)  # brackets are text: loadguard[ray]
+    stderr().print(styled("[bold red]Error:[/] {}", error.message), highlight=False)  # brackets are text: loadguard[ray]
     hint = hint_for(error, "cli")
     if hint:
-        stderr().print(f"[bold]Hint:[/] {escape(hint)}", highlight=False)
+        stderr().print(styled("[bold]Hint:[/] {}", hint), highlight=False)
 
 
 def note(text: str) -> None:
@@ -247,6 +246,9 @@ def load_model(
     """Load as a user would, with a progress indicator; every failure is a typed LoadguardError.
 
     Returns (model, outcomes of the before_import workarounds among ``workarounds``)."""
+    from .._preflight import read_config
+
+    read_config(path, trust_remote_code)  # a wrong path, config or trust answered before torch is imported
     from .. import _hf
     from ..errors import InvalidOptionError
     from ..load import load_unaudited

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._text import cell
+from .._text import styled
 
 
 def _cell_text(cell) -> str:
@@ -142,7 +143,7 @@ class Changes:
         for column in ("model", "change", f"transformers {self.before}", f"transformers {self.after}"):
             table.add_column(column, overflow="fold")
         for change in self.changes:
-            table.add_row(change.model, ("[red]" + change.change + "[/]") if change.worse else change.change, change.before, change.after)
+            table.add_row(change.model, styled("[red]{}[/]", change.change) if change.worse else change.change, change.before, change.after)
         out.print(table)
 
 

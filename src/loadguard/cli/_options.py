@@ -7,6 +7,19 @@ import functools
 import click
 
 
+class SuggestingGroup(click.Group):
+    """A command group that answers a mistyped subcommand with the closest one ("did you mean")."""
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            ctx.fail(f"no such command {name!r}." + (f" Did you mean {close[0]!r}?" if close else f" Commands: {', '.join(self.list_commands(ctx))}."))
+        return super().resolve_command(ctx, args)
+
+
 def format_option(*formats: str, help: str | None = None):
     """``--format``: ``table`` (the default; ``human``, its former name, still accepted) and ``formats``."""
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import command_line, progress
+from .._text import styled
 
 
 def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, dtype: str, workarounds):
@@ -83,4 +84,4 @@ class Crashed:
 
     def table(self, out, err) -> None:
         out.print(self.broken.describe(), highlight=False, markup=False)
-        err.print(f"[bold]Hint:[/] {self.hint}", highlight=False)
+        err.print(styled("[bold]Hint:[/] {}", self.hint), highlight=False)

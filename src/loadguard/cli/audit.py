@@ -16,25 +16,27 @@ from ._limits import limits_options
 from ._common import ExitCode, SCHEMA_VERSION, load_model, loading_options, stderr
 from ._output import write
 from ._options import format_option
+from .._text import Markup, styled
 
 
 @click.command()
 @limits_options
 @loading_options
-@click.option("--repair", "do_repair", is_flag=True, help="Also repair in memory and say whether the result audits clean (never writes to PATH).")
+@click.option("--repair", "do_repair", is_flag=True,
+              help="Also repair in memory and re-audit (never writes to PATH): exit 0 when every finding was repaired and the re-audit is clean.")
+@click.option("--exit-non-zero-on-repair", "strict_repair", is_flag=True, help="With --repair: exit 1 when anything needed repairing (a gate that fails on any broken load).")
 @format_option("json", "sarif", "github", "junit", help="sarif: code scanning; github: workflow annotations (+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
 @click.option("--reproducer", "reproducer_dir", default=None, type=click.Path(file_okay=False, resolve_path=True), metavar="DIR",
               help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
                    "to attach to an upstream issue.")
 @baseline_options
 @click.option("--timings", is_flag=True, help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same document).")
-def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, fmt, reproducer_dir, baseline_file, write_baseline, timings):
+def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, strict_repair, fmt, reproducer_dir, baseline_file, write_baseline, timings):
     """Load PATH with from_pretrained and report every tensor that is not what its code and checkpoint define.
 
-    Exit code 0: the model as loaded is clean; 1: findings; 2: could not run.
+    Exit code 0: the model as loaded is clean (with --repair: or every finding was repaired and the re-audit is
+    clean); 1: findings (left after --repair); 2: could not run.
     """
-    from .. import repair as run_repair
-    from .. import workarounds as registry
     from ..errors import LoadguardError
 
     try:
@@ -45,6 +47,9 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     except LoadguardError as error:  # a machine format still gets its document: this model, not checked, and why
         write(fmt, _NotLoaded(str(path), error))
         raise
+    from .. import repair as run_repair
+    from .. import workarounds as registry
+
     # the model as loaded is what the exit code and `ok` describe
     report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
     rows = apply_baseline([Row.from_report(report, str(path))], baseline_file, write_baseline)
@@ -56,7 +61,15 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     if reproducer_dir and not report.ok:
         _write_reproducers(model, report, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
     write(fmt, _Audited(str(path), report, repaired, after_workarounds, timings))
-    return ExitCode.CLEAN if report.ok else ExitCode.FINDINGS
+    return repair_exit(report.ok, do_repair and (current.ok or (repaired is not None and repaired.ok)), strict_repair)
+
+
+def repair_exit(clean: bool, repaired_clean: bool, strict: bool) -> ExitCode:
+    """ruff's ``--fix`` convention: 0 when the model is clean, or when ``--repair`` repaired every finding and the
+    re-check is clean (unless ``--exit-non-zero-on-repair``); 1 when something is left."""
+    if clean or (repaired_clean and not strict):
+        return ExitCode.CLEAN
+    return ExitCode.FINDINGS
 
 
 @dataclass(frozen=True)
@@ -88,10 +101,10 @@ class _Audited:
 
         print_report(out, self.report, self.repaired)
         if self.after_workarounds is not None:
-            out.print("after workarounds: " + ("[bold green]clean[/]" if self.after_workarounds.ok else "[bold red]still broken[/]"))
+            out.print(Markup("after workarounds: " + ("[bold green]clean[/]" if self.after_workarounds.ok else "[bold red]still broken[/]")))
         hint = next_step(self.after_workarounds or self.report, self.repaired)
         if hint:
-            err.print(f"[bold]Hint:[/] {hint}", highlight=False)
+            err.print(styled("[bold]Hint:[/] {}", hint), highlight=False)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from ._common import ExitCode, cases_and_runner, command_line, loading_options
 from ._output import write
 from ._options import format_option
 from ._reference import Crashed, attribute_crash, reference_runner, run_row
+from .._text import styled
 
 
 @click.command()
@@ -21,11 +22,15 @@ from ._reference import Crashed, attribute_crash, reference_runner, run_row
 @click.option("--image", "image_paths", multiple=True, type=click.Path(dir_okay=False), help="Image for every prompt (repeatable).")
 @click.option("--max-tokens", default=8, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--num-logprobs", default=5, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--repair", "do_repair", is_flag=True, help="Audit and repair the from_pretrained model before generating.")
+@click.option("--repair", "do_repair", is_flag=True, help="Audit and repair the from_pretrained model before generating: exit 0 when the repaired outputs agree.")
+@click.option("--exit-non-zero-on-repair", "strict_repair", is_flag=True, help="With --repair: exit 1 when anything needed repairing, even if the outputs then agree.")
 @format_option("json", "sarif", "github", "junit", help="sarif, github, junit: what differs, at the line of code behind it (as audit's).")
-def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, fmt):
+def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, strict_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ (or A raises where B runs), 2 could not run."""
+    from .._preflight import read_config
+
+    read_config(path, trust_remote_code)  # answered before torch is imported
     from .. import audit, repair
     from ..compare import check_logprobs_close
     from ..runner.crash import guarded
@@ -66,7 +71,7 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
         wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, path)).failures
     write(fmt, _Compared(str(path), type(model).__name__, prompt_list, images, a, b, name_a, failure_text, tuple(wrong), report, repaired,
                          tuple(runner.workarounds), next_step))
-    return ExitCode.CLEAN if ok else ExitCode.FINDINGS
+    return ExitCode.CLEAN if ok and not (strict_repair and repaired is not None) else ExitCode.FINDINGS
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ class _Compared:
         if not self.failure_text:
             out.print("agree (check_logprobs_close)", highlight=False)
             return
-        out.print("[bold red]differ[/]: " + self.failure_text.splitlines()[0], highlight=False)
+        out.print(styled("[bold red]differ[/]: {}", self.failure_text.splitlines()[0]), highlight=False)
         for line in self.failure_text.splitlines()[1:]:
             out.print(line, highlight=False, markup=False)
         if self.wrong:
@@ -135,4 +140,4 @@ class _Compared:
         else:
             out.print("the audit finds no wrong tensor: the outputs differ for another reason (dtype, kernels, code the load ran)", highlight=False)
         if self.repaired is None:
-            err.print(f"[bold]Hint:[/] '{self.next_step}' repairs them in memory and compares again", highlight=False)
+            err.print(styled("[bold]Hint:[/] '{}' repairs them in memory and compares again", self.next_step), highlight=False)

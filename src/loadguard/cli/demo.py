@@ -7,6 +7,7 @@ import tempfile
 import click
 
 from ._common import ExitCode, quiet_transformers, stderr, stdout
+from .._text import Markup, styled
 
 RULE_WIDTH = 100
 """Section rules span a terminal, at most this many columns (never the unbounded width of a log)."""
@@ -48,7 +49,7 @@ def demo(poison):
         out.print(Rule("1. A remote-code vision-language model, shaped like MiniCPM-V 2.6"), width=min(out.width, RULE_WIDTH))
         path = zoo.build("minicpmv_like", f"{workdir}/minicpmv_like")
         fixed_path = zoo.build("minicpmv_like_fixed", f"{workdir}/minicpmv_like_fixed")
-        out.print("Its resampler adds a 2D sin/cos table, [bold]pos_embed[/] (70x70x32), to the keys of its cross-attention.")
+        out.print(Markup("Its resampler adds a 2D sin/cos table, [bold]pos_embed[/] (70x70x32), to the keys of its cross-attention."))
         out.print("The table is a non-persistent buffer computed in __init__; the model's _init_weights does not rebuild it.")
         out.print("Like the real one, its code was written for transformers 4.")
 
@@ -59,7 +60,7 @@ def demo(poison):
             out.print("it imports and constructs on this transformers")
         except Exception as error:  # what a user sees first, then what loadguard makes of it
             translated = _hf.translate(error, path)
-            out.print(f"[bold red]{type(error).__name__}[/]: {str(error).splitlines()[0]}", highlight=False)
+            out.print(styled("[bold red]{}[/]: {}", type(error).__name__, str(error).splitlines()[0]), highlight=False)
             out.print(f"loadguard: {translated.message}", highlight=False)
             out.print(f"Hint: {hint_for(translated, 'cli')}", highlight=False)
         out.print('loadguard.load(..., workarounds="auto") applies the workarounds whose failure the load hits, and says so:')
@@ -67,8 +68,8 @@ def demo(poison):
             model, outcomes = load_unaudited(AutoModelForCausalLM, path, poison=poison, workarounds="auto", trust_remote_code=True)
             fixed_model, _ = load_unaudited(AutoModelForCausalLM, fixed_path, workarounds="auto", trust_remote_code=True)
         except LoadguardError as error:
-            stderr().print(f"[bold red]Error:[/] {error.message}", highlight=False)
-            stderr().print(f"[bold]Hint:[/] {hint_for(error, 'cli')}", highlight=False)
+            stderr().print(styled("[bold red]Error:[/] {}", error.message), highlight=False)
+            stderr().print(styled("[bold]Hint:[/] {}", hint_for(error, 'cli')), highlight=False)
             return ExitCode.COULD_NOT_RUN
         for outcome in outcomes:
             out.print(f"  workaround {outcome.name}: {outcome.status} ({outcome.auto or outcome.detail})", highlight=False)
@@ -79,11 +80,11 @@ def demo(poison):
         out.print(Rule("3. loadguard.audit(model)"), width=min(out.width, RULE_WIDTH))
         report = audit(model)
         if report.ok:
-            out.print(
+            out.print(styled(
                 "[bold green]audit clean[/]: every tensor holds what its code and checkpoint define "
-                f"(transformers {transformers.__version__} kept the buffer, or the memory it got happened to hold it: "
-                "run without --no-poison to tell)"
-            )
+                "(transformers {} kept the buffer, or the memory it got happened to hold it: run without --no-poison to tell)",
+                transformers.__version__,
+            ))
         else:
             out.print(findings_table(report.findings))
             for line in detail_lines(report.findings):
@@ -92,7 +93,7 @@ def demo(poison):
 
         out.print(Rule("4. loadguard.repair(model, report)"), width=min(out.width, RULE_WIDTH))
         result = repair(model, report)
-        out.print(f"repaired: {', '.join(result.repaired) or 'nothing'}; re-audit: " + ("[bold green]clean[/]" if result.ok else "[bold red]still broken[/]"))
+        out.print(styled("repaired: {}; re-audit: {}", ', '.join(result.repaired) or 'nothing', Markup("[bold green]clean[/]" if result.ok else "[bold red]still broken[/]")))
         repaired_text = _greedy(model, processor, cases)
         fixed_text = _greedy(fixed_model, processor, cases)
 
@@ -103,7 +104,7 @@ def demo(poison):
         for (prompt, imgs), broken_row, repaired_row, fixed_row in zip(cases, broken_text, repaired_text, fixed_text):
             label = f"{prompt} [{' + '.join(f'{i.width}x{i.height}' for i in imgs)}]"
             style = "red" if broken_row != fixed_row else "green"
-            table.add_row(label, f"[{style}]{broken_row}[/]", repaired_row, fixed_row)
+            table.add_row(label, styled(f"[{style}]{{}}[/]", broken_row), repaired_row, fixed_row)
         out.print(table)
         differing = sum(b != f for b, f in zip(broken_text, fixed_text))
         out.print(f"as loaded: {differing} of {len(cases)} outputs wrong; repaired: equal to the fixed model: {repaired_text == fixed_text}")
@@ -112,6 +113,6 @@ def demo(poison):
         out.print('model = loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, workarounds="auto")', highlight=False)
         out.print("loads, audits, repairs and attaches the report (model.loadguard_report); on_problem='raise' fails instead.")
         if repaired_text != fixed_text or not result.ok:
-            stderr().print("[bold red]Error:[/] the repaired model does not match the fixed model", highlight=False)
+            stderr().print(Markup("[bold red]Error:[/] the repaired model does not match the fixed model"), highlight=False)
             return ExitCode.FINDINGS
     return ExitCode.CLEAN

@@ -44,6 +44,11 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
     targets = _targets(paths, from_file)
     chosen = list(workarounds) or ["auto"]
     if len(targets) == 1 and not from_file:
+        from .._preflight import missing
+
+        refused = missing(targets[0])  # answered before torch is imported
+        if refused is not None:
+            raise refused
         result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify)
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
@@ -133,7 +138,6 @@ class _Fixed:
         return "\n\n".join(notes(r) if not isinstance(r, _Failed) else f"# {r.model}\n\ncould not run: {r.to_dict()['error']['message']}\n" for r in self.results)
 
     def table(self, out, err) -> None:
-        from rich.markup import escape
         from rich.table import Table
 
         if len(self.results) > 1:
@@ -141,29 +145,29 @@ class _Fixed:
             for r in self.results:
                 data = r.to_dict()
                 why = data["error"]["message"] if isinstance(r, _Failed) else "; ".join(p["detail"] for p in data["proofs"] if p["ok"] is False)
-                grid.add_row(escape(r.model), data["status"], str(len(data.get("changes", []))), str(len(data.get("refused", []))), escape(why[:120]))
+                grid.add_row(r.model, data["status"], str(len(data.get("changes", []))), str(len(data.get("refused", []))), why[:120])
             out.print(grid)
             return
         _print_one(self.results[0], out, err)
 
 
 def _print_one(result, out, err) -> None:
-    from rich.markup import escape
+    from .._text import Markup, styled
 
     headline = {"fixed": "[bold green]fixed[/]", "partly": "[bold yellow]partly fixed[/]", "not_fixed": "[bold red]not fixed[/]",
                 "clean": "[bold green]clean[/]: the load was right, nothing to change", "unverified": "[bold yellow]written, not proven[/]"}
-    out.print(f"{escape(result.model)}: {headline[result.status]}" + (f" -> {escape(result.out)}" if result.out else ""), highlight=False)
+    out.print(styled("{}: {}{}", result.model, Markup(headline[result.status]), f" -> {result.out}" if result.out else ""), highlight=False)
     for change in result.changes:
-        out.print(f"  changed {escape(change.file)}: {escape(change.description)}", highlight=False)
+        out.print(f"  changed {change.file}: {change.description}", highlight=False)
     for refusal in result.refused:
-        where = f" [at {escape(refusal.location)}]" if refusal.location else ""
-        out.print(f"  left for a person: {escape(refusal.tensor + ': ' if refusal.tensor else '')}{escape(refusal.reason)}{where}", highlight=False)
+        where = f" [at {refusal.location}]" if refusal.location else ""
+        out.print(f"  left for a person: {refusal.tensor + ': ' if refusal.tensor else ''}{refusal.reason}{where}", highlight=False)
     if result.upstream:
         out.print("  the change transformers itself needs: --format json's \"upstream\" diff, or `loadguard audit MODEL --reproducer DIR`", highlight=False)
     for proof in result.proofs:
-        mark = {True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok]
-        out.print(f"  proof on transformers {escape(proof.transformers)}, {proof.name.replace('_', ' ')}: {mark}: {escape(proof.detail)}", highlight=False)
+        mark = Markup({True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok])
+        out.print(styled("  proof on transformers {}, {}: {}: {}", proof.transformers, proof.name.replace('_', ' '), mark, proof.detail), highlight=False)
     if result.status == "unverified" and not result.proofs:
         err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
     if result.out:
-        err.print(f"wrote {escape(result.out)}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)
+        err.print(f"wrote {result.out}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)

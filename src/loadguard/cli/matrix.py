@@ -12,6 +12,7 @@ from ._common import ExitCode, progress, stderr
 from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, _markdown, cell_rows  # noqa: F401  (_markdown, cell_rows: tools)
 from ._output import write
 from ._options import executor_option, format_option, workarounds_from_option
+from .._text import Markup
 
 _SPECIFIER = set("<>=!~*")
 
@@ -57,7 +58,8 @@ def versions_from(text: str, max_versions: int | None) -> list[str]:
 def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, auto_class, keys, workarounds, workarounds_from, bisect, diff_versions, native, match, tasks, fmt, jobs, timeout, memory, executor, resume_file):
     """Scan (or --full: audit) every model under every transformers version, each in its own cached environment.
 
-    Exit 0: every cell clean; 1: findings, or a model that could not be scanned; 2: could not run.
+    Exit 0: every cell clean; 1: findings; 2: could not run; 3: partial (a model could not be scanned under some
+    version: its cell says why).
     """
     matrix_module = importlib.import_module("loadguard.matrix")  # loadguard.matrix is the function
     from ..errors import InvalidOptionError
@@ -102,9 +104,21 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
         return _diff(result, *[versions_from(v, 1)[0] for v in diff_versions], fmt)
     write(fmt, Cells(result))
     if all(c.status == "unavailable" for c in result.cells):
-        stderr().print("[bold red]Error:[/] none of the transformers versions could be installed here", highlight=False)
+        stderr().print(Markup("[bold red]Error:[/] none of the transformers versions could be installed here"), highlight=False)
         return ExitCode.COULD_NOT_RUN
-    return ExitCode.CLEAN if all(c.status == "clean" for c in result.cells) else ExitCode.FINDINGS
+    return cells_exit(result.cells)
+
+
+def cells_exit(cells) -> ExitCode:
+    """0 every cell clean; 1 findings; 3 partial: a model could not be scanned under some version (its cell says why),
+    as a scan fleet's exit; 2 none could be. A version that could not be installed is its column's reason, not a model's."""
+    ran = [c for c in cells if c.status != "unavailable"]
+    errors = [c for c in ran if c.status == "error"]
+    if ran and len(errors) == len(ran):
+        return ExitCode.COULD_NOT_RUN
+    if errors:
+        return ExitCode.PARTIAL
+    return ExitCode.CLEAN if all(c.status == "clean" for c in cells) else ExitCode.FINDINGS
 
 
 def _resumed_matrix(matrix_module, path: str, models: list[str], versions: list[str], options: dict):

@@ -21,6 +21,7 @@ from ._output import write
 from ._resume import resumed
 from ._options import executor_option, format_option, workarounds_from_option
 from ._progress import fleet_progress
+from .._text import Markup, styled
 
 
 
@@ -31,10 +32,23 @@ def _targets(paths, from_file) -> list[str]:
     targets = list(paths)
     if from_file:
         try:
-            lines = Path(from_file).read_text().splitlines()
-        except OSError as error:
-            raise InvalidOptionError(f"--from {from_file}: {error.strerror}", "pass a file with one model folder or Hub id per line") from None
-        targets += [kept for line in lines if (kept := line.split(" #", 1)[0].split("\t#", 1)[0].strip()) and not kept.startswith("#")]
+            text = Path(from_file).read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidOptionError(f"--from {from_file}: {getattr(error, 'strerror', None) or 'not UTF-8 text'}",
+                                     "pass a file with one model folder or Hub id (org/name[@revision]) per line") from None
+        if text.lstrip().startswith("["):  # a JSON list of ids and folders
+            import json
+
+            try:
+                listed = json.loads(text)
+            except ValueError as error:
+                raise InvalidOptionError(f"--from {from_file}: not a JSON list ({error})", 'e.g. ["org/name", "org/other@v1.0", "./folder"]') from None
+            if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
+                raise InvalidOptionError(f"--from {from_file}: a JSON list of strings is expected", 'e.g. ["org/name", "org/other@v1.0", "./folder"]')
+            targets += [item.strip() for item in listed if item.strip()]
+        else:
+            lines = text.splitlines()
+            targets += [kept for line in lines if (kept := line.split(" #", 1)[0].split("\t#", 1)[0].strip()) and not kept.startswith("#")]
     if not targets:
         raise InvalidOptionError("no model to scan", "pass model folders or Hub ids, or --from FILE with one per line")
     return targets
@@ -91,6 +105,7 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
                    "shared among --jobs in a fleet, none for one model.")
+@click.option("--revision", default=None, metavar="REV", help="Branch, tag or commit of every Hub id (org/name@REV pins one id).")
 @click.option("--follow-links", is_flag=True, help="Read a config or checkpoint file that is a link leading out of the model's folder (refused otherwise).")
 @click.option("--native", is_flag=True, help="Scan every model class the installed transformers registers in its auto mappings (no PATH).")
 @click.option("--match", default=None, metavar="PATTERN", help="With --native: only classes or model types matching a glob or containing a substring (e.g. '*ForCausalLM', 'llama*', ForCausalLM).")
@@ -104,7 +119,7 @@ def _markdown(rows: list[dict]) -> str:
               help="Write each model's row to FILE (JSON Lines) as it finishes; models FILE already holds are not scanned again, "
                    "so an interrupted fleet finishes the rest.")
 @executor_option
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, follow_links, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, revision, follow_links, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -129,6 +144,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         "workarounds": list(workarounds),
         "workaround_files": [str(Path(f).resolve()) for f in workarounds_from],
         "follow_links": follow_links,
+        "revision": revision,
     }
     from .. import _forks
 
@@ -154,7 +170,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
 
         raise LoadguardError(rows[0]["error"], rows[0]["hint"])
     if not scanned:
-        stderr().print("[bold red]Error:[/] none of the models could be scanned", highlight=False)
+        stderr().print(Markup("[bold red]Error:[/] none of the models could be scanned"), highlight=False)
         return ExitCode.COULD_NOT_RUN
     if len(scanned) < len(rows):  # some could not be scanned: whatever the others show, the answer is partial
         return ExitCode.PARTIAL
@@ -204,6 +220,7 @@ def json_row(row: dict, timings: bool = False) -> dict:
         out["error"] = {"kind": out.pop("error_kind", "ScanError"), "message": row["error"], "hint": out.pop("hint", None), "fixes": out.pop("fixes", [])}
     if not timings:
         out.pop("seconds", None)
+        out.pop("fetched_bytes", None)
     return out
 
 
@@ -215,8 +232,8 @@ def print_scan(row: dict, out=None) -> None:
     out = out or stdout()
     findings = [Finding.from_dict(f) for f in row["findings"]]
     failures = [f for f in findings if f.failing]
-    verdict = "[bold green]predicted clean[/]" if not failures else f"[bold red]{len(failures)} tensor(s) predicted wrong[/]"
-    out.print(f"[bold]{row['model']}[/] ({row['model_class']}, scanned without weights): {verdict}")
+    verdict = Markup("[bold green]predicted clean[/]") if not failures else styled("[bold red]{} tensor(s) predicted wrong[/]", len(failures))
+    out.print(styled("[bold]{}[/] ({}, scanned without weights): {}", row['model'], row['model_class'], verdict))
     if findings:
         out.print(findings_table(findings))
         for line in detail_lines(findings):

@@ -8,6 +8,7 @@ import click
 
 from ._common import ExitCode, emit, progress, quiet_transformers, stdout
 from ._options import format_option
+from .._text import Markup
 
 
 def _verdict(failing: dict[str, str]) -> str:
@@ -47,10 +48,10 @@ def selfcheck(fmt, cached):
             table.add_column(column, overflow="fold", ratio=1 if column in ("covers", "scan predicts") else None)
         for case in result.cases:
             if case.skipped:
-                table.add_row(case.entry, case.covers, case.skipped, "the same", "[yellow]skipped[/]")
+                table.add_row(case.entry, case.covers, case.skipped, "the same", Markup("[yellow]skipped[/]"))
                 continue
             audited = "" if case.error else ("the same" if case.agree else _verdict(case.audited))
-            table.add_row(case.entry, case.covers, case.error or _verdict(case.predicted), audited, "[green]yes[/]" if case.agree else "[bold red]NO[/]")
+            table.add_row(case.entry, case.covers, case.error or _verdict(case.predicted), audited, Markup("[green]yes[/]" if case.agree else "[bold red]NO[/]"))
         out.print(table)
         for case in result.cases:
             if case.invisible:
@@ -59,7 +60,7 @@ def selfcheck(fmt, cached):
                     f"constant (no value comparison can see those writes): {', '.join(collapse_names(case.invisible))}",
                     highlight=False,
                 )
-        verdict = "[bold green]passed[/]" if result.ok else "[bold red]FAILED[/]: scans refuse on this transformers"
+        verdict = Markup("[bold green]passed[/]" if result.ok else "[bold red]FAILED[/]: scans refuse on this transformers")
         when = f" (recorded {result.ran_at})" if result.cached else ""
         out.print(f"{verdict} in {result.seconds:.1f} s{when}; record: {check.record_path()}", highlight=False)
         out.print(f"proven here: {', '.join(check.proven_versions()) or 'none'}", highlight=False)

@@ -23,6 +23,9 @@ from ._reference import Crashed, attribute_crash, reference_runner, run_row
 def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompt, image_paths, fmt):
     """Report the first module whose output holds NaN/Inf, its non-finite inputs and the tensors behind it.
     Exit 0 finite, 1 non-finite found (or the loaded model raises where the reference runs), 2 could not run."""
+    from .._preflight import read_config
+
+    read_config(path, trust_remote_code)  # answered before torch is imported
     from ..runner.crash import guarded
     from ..runner.trace import trace as run_trace
 

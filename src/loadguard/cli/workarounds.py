@@ -7,7 +7,8 @@ import json
 import click
 
 from ._common import ExitCode, emit, load_model, stderr, stdout
-from ._options import format_option, workarounds_from_option
+from ._options import SuggestingGroup, format_option, workarounds_from_option
+from .._text import styled
 
 
 def _status(item, model, report, runner) -> str:
@@ -30,7 +31,7 @@ def _status(item, model, report, runner) -> str:
     return registry.judge_before_import(item, registry.model_code(getattr(model.config, "_name_or_path", None)))
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def workarounds():
     """Registered workarounds: what they fix, where upstream tracks it, and whether a model needs them."""
 
@@ -80,7 +81,7 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
         emit(json.dumps({"model": path, "workarounds": rows, "entry_point_errors": broken}, indent=2))
         return ExitCode.CLEAN
     for entry_point, why in sorted(broken.items()):
-        stderr().print(f"[bold]Warning:[/] workaround entry point {entry_point} could not be imported: {why}", highlight=False)
+        stderr().print(styled("[bold]Warning:[/] workaround entry point {} could not be imported: {}", entry_point, why), highlight=False)
     table = Table(header_style="bold")
     columns = ["name", "stage", "source", "reason", "upstream"] + (["status"] if path else [])
     for column in columns:
@@ -113,5 +114,5 @@ def coverage(fmt):
         for reason, count in reasons.most_common():
             out.print(f"    {count:5d}  {reason}", highlight=False)
         for entry in tally["uncovered"]:
-            out.print(f"  [bold red]uncovered[/] {entry}", highlight=False)
+            out.print(styled("  [bold red]uncovered[/] {}", entry), highlight=False)
     return ExitCode.FINDINGS if tally["uncovered"] else ExitCode.CLEAN

@@ -7,10 +7,10 @@ import json
 import click
 
 from ._common import ExitCode, emit, stderr, stdout
-from ._options import format_option
+from ._options import SuggestingGroup, format_option
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def zoo():
     """Test models that break the way real models break."""
 

@@ -45,6 +45,8 @@ class Row:
     error: str | None = None
     hint: str | None = None
     run_failure: RunFailure | None = None
+    revision: str | None = None
+    """The commit a Hub id resolved to: the model's identity includes it."""
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -72,7 +74,7 @@ class Row:
             return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=error, hint=row.get("hint"))
         findings = tuple(Finding.from_dict(f) for f in row["findings"])
         checks = tuple(CheckSummary(**c) for c in row.get("checks", ()))
-        return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks)
+        return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks, revision=row.get("revision"))
 
     @classmethod
     def from_audit(cls, document: dict[str, Any], model: str) -> Row:
@@ -101,6 +103,8 @@ class Row:
         config = Path(self.folder, "config.json") if self.folder else None
         if config is not None and config.is_file():
             return f"{self.model_class}@{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
+        if self.revision:  # a Hub id: that exact commit
+            return f"{self.model.split('@')[0]}@{self.revision}"
         return self.model
 
     def fingerprint(self, finding: Finding | RunFailure) -> str:

@@ -5,7 +5,8 @@ Options:
                                      (any auto class, any helper): ``fail`` fails the test that loaded a broken
                                      model, naming the tensors; ``repair`` repairs and records (and fails the
                                      test when repair cannot make the model clean); ``warn`` warns.
-  --loadguard-poison                 loads inside tests run under ``loadguard.poison()``.
+  --loadguard-poison                 loads inside tests run under ``loadguard.poison()`` (the default for audited loads).
+  --loadguard-no-poison              audited loads run as they are (not poisoned).
   --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``),
                                      one section per process that ran tests (``main``, or each pytest-xdist worker).
   --loadguard-workarounds-from=FILE  import a Python file that registers workarounds (repeatable).
@@ -39,8 +40,11 @@ def pytest_addoption(parser):
     group = parser.getgroup("loadguard", "audit Hugging Face model loads (loadguard)")
     group.addoption("--loadguard", choices=POLICIES, default=None,
                     help="audit every from_pretrained: off, warn, fail or repair (default: [tool.loadguard] plugin, else off)")
-    group.addoption("--loadguard-poison", action="store_true", default=None,
-                    help="run model loads under loadguard.poison() (leftover memory becomes NaN; default: [tool.loadguard] poison)")
+    group.addoption("--loadguard-poison", action="store_true", default=None, dest="loadguard_poison",
+                    help="run model loads under loadguard.poison() (leftover memory becomes NaN); the default for every load the plugin "
+                         "audits, as loadguard audit's --poison; also when --loadguard is off ([tool.loadguard] poison)")
+    group.addoption("--loadguard-no-poison", action="store_false", default=None, dest="loadguard_poison",
+                    help="audit loads as they are, without loadguard.poison() (leftover memory may pass for values: statuses may differ from the CLI's)")
     group.addoption("--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON")
     group.addoption(
         "--loadguard-workarounds-from", action="append", default=[], metavar="FILE", help="import a Python file that registers workarounds (repeatable)"
@@ -65,7 +69,7 @@ def pytest_configure(config):
         poison = poison if poison is not None else project.get("poison")
     session = Session(
         policy=policy,
-        poison=bool(poison),
+        poison=None if poison is None else bool(poison),
         record_path=config.getoption("--loadguard-record"),
     )
     files = config.getoption("--loadguard-workarounds-from") or []

@@ -23,7 +23,7 @@ def hf_runner(request):
 
     def make(model, *args, **kwargs):
         kwargs.setdefault("audit", RUNNER_POLICY[policy_for(request.node, session)])
-        kwargs.setdefault("poison", session.poison)
+        kwargs.setdefault("poison", session.poisons(policy_for(request.node, session)))  # as loadguard audit: poisoned unless switched off
         kwargs.setdefault("workarounds", tuple(settings.get("workarounds", ())))
         kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
         from ..errors import BrokenModelError, LoadguardError, hint_for
@@ -34,6 +34,10 @@ def hf_runner(request):
             failure = f"loadguard: {error}"
             if kwargs["audit"] != "repair":  # under repair, repair already ran and could not make it clean
                 failure += "\nIn this pytest run: --loadguard=repair repairs every audited load"
+            from ._hook import _reproducer
+
+            command = _reproducer(model, kwargs, kwargs["workarounds"], kwargs["poison"])
+            failure += f"\nReproduce: {command}" if command else ""
         except LoadguardError as error:
             if not error.fixes:
                 raise

@@ -5,6 +5,7 @@ session's policy after it."""
 from __future__ import annotations
 
 import contextlib
+import os
 import functools
 import sys
 import warnings
@@ -53,7 +54,7 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
 
             # transformers' own loading info is the evidence of what was not loaded on purpose: always asked for,
             # handed back only to a caller who asked (any return shape: the model is found in it)
-            with poison() if session.poison or registry.decides_on_memory(selection) else contextlib.nullcontext():
+            with poison() if session.poisons(policy) or registry.decides_on_memory(selection) else contextlib.nullcontext():
                 return function(cls, *args, **{**kwargs, "output_loading_info": True})
 
         try:
@@ -69,7 +70,7 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         loading_info.remember(model, info)
         registry.remember(model, early)
         if policy != "off" or session.poison:
-            _audit_load(model, policy, item, early)
+            _audit_load(model, policy, item, early, _reproducer(path, kwargs, selection, session.poisons(policy)))
         return result if kwargs.get("output_loading_info") else model
 
     PreTrainedModel.from_pretrained = classmethod(from_pretrained)
@@ -101,23 +102,30 @@ def _name_workarounds(error: BaseException, selection) -> None:
     error.add_note(f"loadguard: {fixes_hint(names, 'pytest')}")
 
 
-def _audit_load(model, policy: str, item, early=()) -> None:
+def _reproducer(path, kwargs: dict, selection, poisoned: bool) -> str:
+    """The ``loadguard audit`` command that loads this model as the test did (empty when the load named no path)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return ""
+    from ..cli._common import command_line
+
+    names = [selection] if isinstance(selection, str) else list(selection or ())
+    return command_line("audit", str(path), trust_remote_code=bool(kwargs.get("trust_remote_code")), workarounds=names,
+                        extra=() if poisoned else ("--no-poison",))
+
+
+def _audit_load(model, policy: str, item, early=(), reproduce: str = "") -> None:
     from .. import _observers
     from .. import workarounds as registry
-    from ..load import describe_failures
+    from ..load import attach, describe_failures
     from ..repair import repair
 
     settings = marker(item)
     chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
     as_loaded, after = registry.audit_after_load(model, chosen, early=early, strict=bool(settings.get("strict_stale", False)))
     report = after or as_loaded
-    model.loadguard_report = report
-    result = None
-    if not report.ok and policy == "repair":
-        result = repair(model, report)
-        if result.ok:
-            model.loadguard_report = result.after  # the model as the test gets it
-    _observers.notify("load", report=report, repair=result, policy=policy)
+    result = repair(model, report) if not report.ok and policy == "repair" else None
+    attach(model, as_loaded, report, result)  # the same rule as loadguard.load: the report describes the model as the test gets it
+    _observers.notify("load", report=report, repair=result, policy=policy, held=model.loadguard_report)
     if result is not None and not result.ok:  # never let a test compare against a model that is still broken
         from ..load import UNREPAIRED_HINT, describe_unrepaired
 
@@ -127,10 +135,11 @@ def _audit_load(model, policy: str, item, early=()) -> None:
     message = describe_failures(report)
     hint = (
         "repair it (--loadguard=repair, or loadguard.load(..., on_problem='repair')), or fix the model's _init_weights "
-        "so it rebuilds these tensors"
+        "so it rebuilds these tensors (loadguard fix writes that change)"
     )
+    hint += f"\nReproduce: {reproduce}" if reproduce else ""
     if policy == "warn":
-        from ..load import LoadguardWarning
+        from ..errors import LoadguardWarning
 
         warnings.warn(LoadguardWarning(f"{message}. {hint}"), stacklevel=3)
         return

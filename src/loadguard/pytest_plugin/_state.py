@@ -24,7 +24,9 @@ class TestRecord:
 @dataclass
 class Session:
     policy: str = "off"
-    poison: bool = False
+    poison: bool | None = None
+    """Explicitly on or off (``--loadguard-poison``, ``--loadguard-no-poison``, ``[tool.loadguard] poison``); None: as
+    the CLI, whose loads are poisoned by default: on for every load the plugin audits (:meth:`poisons`)."""
     record_path: str | None = None
     current: Any = None  # the running test item
     records: dict = field(default_factory=dict)  # nodeid -> TestRecord
@@ -33,6 +35,12 @@ class Session:
     workers: dict = field(default_factory=dict)  # xdist worker id -> its results (on the controller)
     undo: list = field(default_factory=list)
     installed: bool = False  # the from_pretrained hook: only where a policy, poison or a marker asks for it
+
+
+    def poisons(self, policy: str) -> bool:
+        """Whether a load under ``policy`` runs under :func:`loadguard.poison`: the same evidence as ``loadguard audit``
+        (leftover memory is NaN, so the same status word) unless poison was switched off."""
+        return self.poison if self.poison is not None else policy != "off"
 
 
 sessions: list[Session] = []  # a stack: pytester can run a pytest session inside another
@@ -75,8 +83,10 @@ def on_event(session: Session, event: str, payload: dict) -> None:
     if event == "load":
         report, repaired = payload["report"], payload.get("repair")
         record.loads.append((report, repaired))
-        # what the fixture hands out: the model as the test gets it (repaired: the re-audit, saying so)
-        record.reports.append(repaired.after if repaired is not None and repaired.ok else report)
+        # what the fixture hands out: the report of the model as the test holds it (loadguard.load.held's rule)
+        from ..load import held
+
+        record.reports.append(payload.get("held") or held(report, repaired))
         session.loads.append(
             {
                 "model": report.model,

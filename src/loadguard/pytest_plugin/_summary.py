@@ -102,7 +102,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     loads = session.loads
     terminalreporter.section("loadguard")
     workers = f" in {len(session.workers)} xdist worker(s)" if session.workers else ""
-    terminalreporter.write_line(f"policy {session.policy}, poison {'on' if session.poison else 'off'}: {len(loads)} model load(s) audited{workers}")
+    terminalreporter.write_line(f"policy {session.policy}, poison {'on' if session.poisons(session.policy) else 'off'}: {len(loads)} model load(s) audited{workers}")
     by_model: dict[str, list] = {}
     for load in loads:
         by_model.setdefault(load["model"], []).append(load)

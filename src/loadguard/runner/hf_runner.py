@@ -86,6 +86,9 @@ class HfRunner:
         kwargs["dtype"] = _hf.parse_dtype(dtype)
         kwargs["trust_remote_code"] = trust_remote_code
         self.report: AuditReport | None = None
+        """The audit of the model this runner holds (after workarounds and any repair), as ``model.loadguard_report``."""
+        self.report_as_loaded: AuditReport | None = None
+        """What ``from_pretrained`` left, before workarounds and repair (``model.loadguard_report_as_loaded``)."""
         self.repair: RepairResult | None = None
         from .. import workarounds as registry
 
@@ -98,6 +101,7 @@ class HfRunner:
         else:
             self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
             self.report = self.model.loadguard_report
+            self.report_as_loaded = self.model.loadguard_report_as_loaded
             self.repair = self.model.loadguard_repair
             self.workarounds = list(self.report.workarounds)
         self.model.eval()

@@ -1,0 +1,191 @@
+"""Hub ids for real (issue 37): scans of Hub ids through the unmodified huggingface_hub client against a local Hub
+endpoint (tests/hubserver.py, ``HF_ENDPOINT``), measured in bytes, with revisions, auth, refusals and faults. Each
+command runs as a user runs it: ``python -m loadguard`` in a process of its own, its Hugging Face cache in the test's
+folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import IS_V5
+from .hubserver import HubServer, Repo, seventy_b_shaped
+
+TOKEN = "hf_loadguardTestToken0123456789abcdef"
+
+
+def _run(hub_url: str, home, *args, token: str | None = None, offline: bool = False, timeout: float = 300):
+    env = {**os.environ, "HF_ENDPOINT": hub_url, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1" if offline else "0",
+           "LOADGUARD_HUB_READ_TIMEOUT": "1", "LOADGUARD_CACHE": str(home / "loadguard")}
+    env.pop("HF_TOKEN", None)
+    if token:
+        env["HF_TOKEN"] = token
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "loadguard", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=home)
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - start
+
+
+def _rows(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def np_repo(tmp_path_factory, zoo_folder):
+    return Repo.from_folder(zoo_folder("np_buffer"))
+
+
+def test_a_weightless_scan_fetches_config_code_and_headers_only_and_nothing_twice(np_repo, tmp_path):
+    with HubServer({"lg-org/np": np_repo}) as hub:
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code", "--keys", "header", "--format", "json", "--timings")
+        (row,) = _rows(out)
+        assert code == (1 if IS_V5 else 0), err
+        weights = (np_repo.commits[row["revision"]]["model.safetensors"]).stat().st_size
+        header = hub.traffic.file_bytes(".safetensors")
+        assert 0 < header < weights / 10  # the header's two range reads, never the tensors
+        assert row["revision"] == np_repo.refs["main"] and row["checkpoint"] == f"lg-org/np@{row['revision']} (safetensors headers)"
+        assert row["fetched_bytes"] == hub.traffic.file_bytes() > 0  # what the row says is what the server sent
+        hub.traffic.reset()
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code", "--keys", "header", "--format", "json", "--timings")
+        (again,) = _rows(out)
+        assert hub.traffic.file_bytes() == 0 and again["fetched_bytes"] == 0  # the same revision: from the cache
+        assert [f["tensor"] for f in again["findings"]] == [f["tensor"] for f in row["findings"]]
+
+
+def test_a_70b_shaped_sharded_checkpoint_costs_headers_only(tmp_path):
+    weights = seventy_b_shaped(tmp_path / "llama70b")
+    with HubServer({"lg-org/llama-70b": Repo.from_folder(tmp_path / "llama70b")}) as hub:
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/llama-70b", "--keys", "header", "--format", "json", "--timings")
+        (row,) = _rows(out)
+        assert row["scanned"] is True and code in (0, 1), err
+        fetched = hub.traffic.file_bytes()
+        assert fetched == row["fetched_bytes"] and fetched <= 2 * 2**20 and fetched <= weights / 100, (fetched, weights)
+        assert hub.traffic.file_bytes(".safetensors") < 30 * 64 * 1024  # 30 headers, two range reads each
+
+
+def test_revisions_pin_one_commit_in_rows_and_sarif(zoo_folder, tmp_path):
+    repo = Repo.from_folder(zoo_folder("minicpmv_like_fixed"))
+    broken = repo.add_commit(zoo_folder("minicpmv_like"), ref="v1")
+    fixed = repo.refs["main"]
+    with HubServer({"lg-org/minicpm": repo}) as hub:
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/minicpm@v1", "lg-org/minicpm", "--trust-remote-code", "--workaround", "auto",
+                                 "--format", "json")
+        rows = _rows(out)
+        assert [r["revision"] for r in rows] == [broken, fixed], err
+        if IS_V5:
+            assert code == 1 and [f["tensor"] for f in rows[0]["findings"] if f["status"] == "uninitialized"] == ["resampler.pos_embed"]
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/minicpm", "--revision", "v1", "--trust-remote-code", "--workaround", "auto",
+                                 "--format", "sarif")
+        results = json.loads(out)["runs"][0]["results"]
+        if IS_V5:
+            assert results and all(r["properties"]["revision"] == broken for r in results)
+
+
+@pytest.fixture(scope="module")
+def guarded(zoo_folder):
+    return {"lg-org/private": Repo.from_folder(zoo_folder("clean"), private=True), "lg-org/gated": Repo.from_folder(zoo_folder("clean"), gated=True),
+            "lg-org/open": Repo.from_folder(zoo_folder("clean"))}
+
+
+@pytest.mark.parametrize("target, token, says, code", [
+    ("lg-org/private", None, "lg-org/private: no such model on the Hub, or a private one this request may not see (401)", 2),
+    ("lg-org/gated", None, "lg-org/gated is gated on the Hub: your token has no access (403)", 2),
+    ("lg-org/gated", "hf_wrong", "lg-org/gated is gated on the Hub: your token has no access (403)", 2),
+    ("lg-org/nope", TOKEN, "lg-org/nope: no such model on the Hugging Face Hub (404)", 2),
+    ("lg-org/open@no-such-tag", None, "lg-org/open has no revision 'no-such-tag' on the Hub (404)", 2),
+    ("lg-org/private", TOKEN, "", 0),
+    ("lg-org/gated", TOKEN, "", 0),
+])
+def test_refusals_are_one_line_each_and_a_token_opens_the_door(guarded, tmp_path, target, token, says, code):
+    with HubServer(guarded, token=TOKEN) as hub:
+        got, out, err, _ = _run(hub.url, tmp_path, "scan", target, "--trust-remote-code", token=token)
+    assert got == code, err
+    if says:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert lines[0] == f"Error: {says}" and lines[1].startswith("Hint: ") and len(lines) == 2, err
+        assert ("HF_TOKEN" in lines[1]) == ("401" in says or "403" in says)
+
+
+def test_a_fleet_row_for_a_refused_id_makes_the_run_partial(guarded, tmp_path):
+    with HubServer(guarded, token=TOKEN) as hub:
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/open", "lg-org/gated", "--trust-remote-code", "--format", "json")
+    rows = _rows(out)
+    assert code == 3 and [r["ok"] for r in rows] == [True, False] and rows[1]["error"]["kind"] == "HubAccessError"
+
+
+def test_a_token_goes_to_the_endpoint_only_and_into_no_output(guarded, tmp_path):
+    """Planted in the environment: sent to the endpoint, never to another host, and in no output of any command."""
+    outputs = []
+    with HubServer(guarded, token=TOKEN) as hub:
+        for args in (["scan", "lg-org/private", "--trust-remote-code", "--keys", "header", "--format", "json", "--timings", "--verbose"],
+                     ["scan", "lg-org/private", "lg-org/nope", "--trust-remote-code", "--format", "github", "--verbose"],
+                     ["audit", "lg-org/nope", "--trust-remote-code", "--format", "sarif"],
+                     ["env", "--format", "json"]):
+            code, out, err, _ = _run(hub.url, tmp_path, *args, token=TOKEN)
+            outputs.append(out + err)
+        sent = [a for a in hub.traffic.authorizations if a]
+        assert sent and set(sent) == {f"Bearer {TOKEN}"}
+        cdn = [line for line, auth in zip(hub.traffic.lines, hub.traffic.authorizations) if line.split()[1].startswith("/cdn/")]
+        assert all(auth is None for line, auth in zip(hub.traffic.lines, hub.traffic.authorizations) if line.split()[1].startswith("/cdn/")), cdn
+    written = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".md", ".sarif", ".xml", ".txt", ".py")
+               and "hf" not in p.relative_to(tmp_path).parts[:1]]
+    assert not [text for text in outputs + written if TOKEN in text]
+
+
+def test_what_is_worth_retrying_is_retried_within_bounds(np_repo, tmp_path):
+    with HubServer({"lg-org/np": np_repo}) as hub:
+        hub.fail["api:lg-org/np"] = [429, 503]  # the model info: too many requests (Retry-After: 1), then unavailable
+        code, out, err, seconds = _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code", "--format", "json")
+        assert code == (1 if IS_V5 else 0) and _rows(out)[0]["scanned"] is True, err
+        assert hub.traffic.requests[("api", "lg-org/np")] >= 3
+        hub.fail["api:lg-org/np"] = [503] * 10  # down for good: bounded tries, then one line
+        second = tmp_path / "second"
+        second.mkdir()
+        code, out, err, _ = _run(hub.url, second, "scan", "lg-org/np", "--trust-remote-code")
+        assert code == 2 and "the Hub answered 503" in err, err
+
+
+def test_a_stalled_header_read_ends_in_one_line_within_the_timeout(np_repo, tmp_path):
+    with HubServer({"lg-org/np": np_repo}) as hub:
+        hub.stall.add("model.safetensors")
+        code, out, err, seconds = _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code", "--keys", "header", "--timeout", "60")
+    assert code == 2 and seconds < 60 and "Error: lg-org/np: the Hub stopped sending mid-transfer" in err, err
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_connection_refused_is_unreachable_not_missing(tmp_path):
+    code, out, err, _ = _run(f"http://127.0.0.1:{_free_port()}", tmp_path, "scan", "lg-org/np", "--trust-remote-code")
+    assert code == 2 and "the Hugging Face Hub cannot be reached from here" in err and "no such model" not in err
+
+
+def test_offline_touches_no_network(np_repo, tmp_path):
+    with HubServer({"lg-org/np": np_repo}) as hub:
+        code, out, err, seconds = _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code", offline=True)
+        assert code == 2 and "HF_HUB_OFFLINE" in err and seconds < 5
+        assert sum(hub.traffic.requests.values()) == 0
+        _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code")  # fetched once
+        hub.traffic.reset()
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/np", "--trust-remote-code", "--format", "json", offline=True)
+        assert _rows(out)[0]["scanned"] is True and sum(hub.traffic.requests.values()) == 0
+
+
+def test_from_takes_ids_with_revisions_comments_and_a_json_list(guarded, tmp_path):
+    listing = tmp_path / "models.txt"
+    listing.write_text("# what the engine tests\nlg-org/open  # a comment\nlg-org/open@main\n")
+    as_json = tmp_path / "models.json"
+    as_json.write_text(json.dumps(["lg-org/open", "lg-org/open@main"]))
+    with HubServer(guarded) as hub:
+        for source in (listing, as_json):
+            code, out, err, _ = _run(hub.url, tmp_path, "scan", "--from", str(source), "--trust-remote-code", "--format", "json")
+            assert code == 0 and [r["model"] for r in _rows(out)] == ["lg-org/open", "lg-org/open@main"], err
