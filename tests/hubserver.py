@@ -212,17 +212,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(401 if "Authorization" not in self.headers else 404, "RepoNotFound", f"Repository Not Found for url: {self.path}.")
         return repo
 
+    def _commit(self, name: str, revision: str) -> tuple[Repo, str] | None:
+        """The repository and the commit ``revision`` names, when this request may see them; the refusal answered
+        otherwise."""
+        repo = self._repo(name)
+        if repo is None or not self._authorized(name, repo):
+            return None
+        sha = repo.resolve(revision)
+        if sha is None:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            return None
+        return repo, sha
+
     def _api(self, name: str, kind: str | None, revision: str, sub: str) -> None:
         self._record("api", name)
         if self._scripted(f"api:{name}"):
             return
-        repo = self._repo(name)
-        if repo is None or not self._authorized(name, repo):
+        found = self._commit(name, revision)
+        if found is None:
             return
-        sha = repo.resolve(revision)
-        if sha is None:
-            self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
-            return
+        repo, sha = found
         files = repo.commits[sha]
         if kind == "tree":
             prefix = sub.rstrip("/") + "/" if sub else ""
@@ -244,13 +253,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._record("resolve", f"{name}/{file}")
         if self._scripted(file):
             return
-        repo = self._repo(name)
-        if repo is None or not self._authorized(name, repo):
+        found = self._commit(name, revision)
+        if found is None:
             return
-        sha = repo.resolve(revision)
-        if sha is None:
-            self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
-            return
+        repo, sha = found
         local = repo.commits[sha].get(file)
         if local is None:
             self._error(404, "EntryNotFound", f"{file} does not exist at {revision}")

@@ -69,6 +69,23 @@ def _none_alive(pids: list[int], within: float = 5.0) -> list[int]:
     return [pid for pid in pids if _alive(pid)]
 
 
+def _stopped(command: list[str], pid_dir: Path, count: int, number: int, env: dict | None = None, ready=None) -> tuple[int, str, list[int]]:
+    """``command`` in a session of its own, sent ``number`` once the model's code wrote ``count`` pids into ``pid_dir``
+    (and ``ready()`` holds): its exit status, its stderr and those pids."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        pids = _pids(pid_dir, count)
+        if ready is not None:
+            ready()
+        process.send_signal(number)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, err.decode(), pids
+
+
 # The model's code: a descendant that leaves the process group (setsid) and waits forever, then the model hangs.
 FORK_AND_HANG = """
 import os, time
@@ -97,23 +114,13 @@ def test_no_process_outlives_a_run_whatever_ends_it(zoo_folder, tmp_path, how):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     env = {**os.environ, "LG_PID_DIR": str(pid_dir), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "loadguard", "scan", folder, "--trust-remote-code", "--timeout", "300"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
-    try:
-        pids = _pids(pid_dir, 2)
-        number = getattr(signal, how)
-        process.send_signal(number)
-        _, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    number = getattr(signal, how)
+    code, err, pids = _stopped([sys.executable, "-m", "loadguard", "scan", folder, "--trust-remote-code", "--timeout", "300"], pid_dir, 2, number, env)
     assert _none_alive(pids) == [], f"alive 5 s after {how}: {pids}"
     if how in ("SIGTERM", "SIGHUP"):  # ends by the very signal, after saying so
-        assert process.returncode == -number
-        assert f"stopped by {how}" in err.decode()
+        assert code == -number and f"stopped by {how}" in err
     elif how == "SIGINT":
-        assert process.returncode == 2 and "interrupted" in err.decode()
+        assert code == 2 and "interrupted" in err
 
 
 @linux
@@ -124,17 +131,8 @@ def test_a_fleet_stopped_by_sigterm_leaves_nothing(zoo_folder, tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     env = {**os.environ, "LG_PID_DIR": str(pid_dir)}
-    process = subprocess.Popen([sys.executable, "-m", "loadguard", "scan", first, second, "--trust-remote-code", "--jobs", "2"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
-    try:
-        pids = _pids(pid_dir, 4)
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == -signal.SIGTERM
+    code, _, pids = _stopped([sys.executable, "-m", "loadguard", "scan", first, second, "--trust-remote-code", "--jobs", "2"], pid_dir, 4, signal.SIGTERM, env)
+    assert code == -signal.SIGTERM
     assert _none_alive(pids) == []
 
 
@@ -416,17 +414,12 @@ if os.path.exists({str(mark)!r}):
 open({str(mark)!r}, "w").close()
 """)
     out = tmp_path / "fixed"
-    process = subprocess.Popen([sys.executable, "-m", "loadguard", "fix", folder, "--out", str(out), "--trust-remote-code"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        (pid,) = _pids(tmp_path, 1)
+
+    def staging() -> None:
         assert [p.name for p in tmp_path.iterdir() if "loadguard-fix" in p.name], "no staging folder while proving"
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == -signal.SIGTERM
+
+    code, _, (pid,) = _stopped([sys.executable, "-m", "loadguard", "fix", folder, "--out", str(out), "--trust-remote-code"], tmp_path, 1,
+                               signal.SIGTERM, ready=staging)
+    assert code == -signal.SIGTERM
     assert _none_alive([pid]) == []
     assert not out.exists() and not [p.name for p in tmp_path.iterdir() if "loadguard-fix" in p.name]
