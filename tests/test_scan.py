@@ -142,10 +142,13 @@ def test_complete_keys_assume_the_checkpoint_holds_every_key(zoo_folder, tmp_pat
     folder = tmp_path / "no-weights"
     shutil.copytree(zoo_folder("missing_key"), folder)
     (folder / "model.safetensors").unlink()
-    report = loadguard.scan(folder, trust_remote_code=True)
+    report = loadguard.scan(folder, trust_remote_code=True, assume_checkpoint="complete")
     assert report.checkpoint is None and not report.summary("missing_key").ran
     assert "every key of the model's state dict assumed present" in report.summary("missing_key").reason
     assert failing(report) == {}  # logit_scale would be loaded: nothing to predict
+    saved = loadguard.scan(folder, trust_remote_code=True)  # the default: what this code's save_pretrained writes
+    assert saved.checkpoint.startswith("no checkpoint headers: assumed") and saved.summary("missing_key").ran
+    assert failing(saved) == {}  # it saves logit_scale: the same prediction
     with pytest.raises(ScanError, match="no safetensors checkpoint"):
         loadguard.scan(folder, trust_remote_code=True, keys="header")
 
@@ -328,7 +331,7 @@ def test_hub_ids_use_the_cache_offline_and_fetch_only_config_and_code(zoo_folder
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     report = loadguard.scan("lg-org/tiny-np-buffer", trust_remote_code=True)
-    assert report.model == "lg-org/tiny-np-buffer" and report.checkpoint is None
+    assert report.model == "lg-org/tiny-np-buffer" and report.checkpoint.startswith("no checkpoint headers: assumed")  # a Hub id: headers only when asked
     if IS_V5:
         assert set(failing(report)) == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
     with pytest.raises(ModelNotFoundError, match=r"not in the Hugging Face cache, and the Hub cannot be reached \(offline: HF_HUB_OFFLINE is set\)"):
@@ -386,3 +389,35 @@ def test_a_quantized_checkpoint_scans_without_its_backend(zoo_folder, tmp_path, 
     assert "gptq-quantized checkpoint: predicted as the model before quantization" in report.summary("checkpoint_fidelity").reason
     with pytest.raises(ScanError, match="headers hold the quantizer's tensors"):
         loadguard.scan(folder, trust_remote_code=True, keys="header")
+
+
+def test_without_headers_a_scan_assumes_what_the_codes_own_save_writes(zoo_folder, tmp_path, capsys):
+    """v4-era code with declared ties and no checkpoint to read: by default the scan predicts the load of what its own
+    save_pretrained writes (the tied tables left out), which on transformers 5 leaves them untied, as the header scan of
+    the saved checkpoint says; --assume-checkpoint complete assumes every key and cannot see it. The row names which."""
+    from loadguard.cli import main
+    from loadguard.scan import SAVED_ASSUMPTION
+
+    folder = tmp_path / "weightless"
+    shutil.copytree(zoo_folder("v4_tied_list"), folder)
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+
+    def scan_json(*args):
+        with pytest.raises(SystemExit):
+            main(["scan", *map(str, args), "--trust-remote-code", "--format", "json"])
+        return json.loads(capsys.readouterr().out.splitlines()[0])
+
+    headers = scan_json(zoo_folder("v4_tied_list"))
+    saved = scan_json(folder)
+    complete = scan_json(folder, "--assume-checkpoint", "complete")
+    tables = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    wrong = {name: {f["tensor"] for f in row["findings"] if f["status"] not in ("initialized", "unverifiable")} for name, row in
+             (("headers", headers), ("saved", saved), ("complete", complete))}
+    assert saved["checkpoint"] == SAVED_ASSUMPTION and complete["checkpoint"] is None
+    assert SAVED_ASSUMPTION in next(c["reason"] for c in saved["checks"] if c["check"] == "missing_key")
+    assert "every key of the model's state dict assumed present" in next(c["reason"] for c in complete["checks"] if c["check"] == "missing_key")
+    if IS_V5:
+        assert tables <= wrong["headers"] and wrong["saved"] == wrong["headers"] and not tables & wrong["complete"]
+    else:
+        assert not tables & wrong["saved"]  # transformers 4 ties the list: nothing left untied

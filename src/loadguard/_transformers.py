@@ -72,7 +72,12 @@ def weightless_state_dict(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]
 class CompleteKeys(dict):
     """A weightless state dict holding every key of the model's own state dict: filled by
     :func:`complete_keys_from_the_model` once transformers has constructed the model (constructing it a second
-    time just to learn its keys would double a scan's cost)."""
+    time just to learn its keys would double a scan's cost). ``saved``: only the keys a ``save_pretrained`` of this
+    code writes (the targets of its declared ties dropped)."""
+
+    def __init__(self, saved: bool = False):
+        super().__init__()
+        self.saved = saved
 
 
 @contextlib.contextmanager
@@ -90,8 +95,12 @@ def complete_keys_from_the_model() -> Iterator[bool]:
 
     def fill(model, state_dict) -> None:
         if isinstance(state_dict, CompleteKeys) and not state_dict:
+            from .ties import left_out_by_save
+
+            dropped = left_out_by_save(model) if state_dict.saved else set()
             for key, value in model.state_dict().items():
-                state_dict[key] = Weightless(value.shape, value.dtype)
+                if key not in dropped:
+                    state_dict[key] = Weightless(value.shape, value.dtype)
 
     if isinstance(descriptor, staticmethod):
 

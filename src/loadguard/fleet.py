@@ -50,6 +50,7 @@ def _result(target: str, options: dict) -> dict:
             trust_remote_code=options.get("trust_remote_code", False),
             follow_links=options.get("follow_links", False),
             revision=options.get("revision"),
+            assume_checkpoint=options.get("assume_checkpoint", "saved"),
             **options.get("placement", {}),
         )
     except LoadguardError as error:

@@ -63,6 +63,7 @@ def scan(
     max_memory: dict | None = None,
     offload_folder: Any = None,
     follow_links: bool = False,
+    assume_checkpoint: str = "saved",
 ) -> AuditReport:
     """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model.
 
@@ -80,6 +81,10 @@ def scan(
             ``runner`` ones have nothing to act on in a scan and are left out.
         trust_remote_code: run the model's own code (never implied).
 
+        assume_checkpoint: with ``keys="auto"`` and no checkpoint headers to read (no local safetensors, a Hub id without
+            ``keys="header"``, a ``.bin``-only repository): ``"saved"`` (the default) predicts the load of what this code's
+            own ``save_pretrained`` writes (its declared ties dropped, as 4.x and 5.x save), ``"complete"`` assumes every
+            key of the state dict is there. The report names the assumption (``checkpoint``, the missing-key check).
         follow_links: read a config or checkpoint file of the folder that is a link leading out of it (refused
             otherwise: :class:`loadguard.errors.InvalidOptionError`; a Hub snapshot's links to its blobs are its own).
         device_map, max_memory, offload_folder: as ``from_pretrained`` takes them; a scan predicts a load on one
@@ -95,6 +100,8 @@ def scan(
     """
     if keys not in KEYS:
         raise InvalidOptionError(f"keys={keys!r} is not a key source", f"use one of: {', '.join(KEYS)}")
+    if assume_checkpoint not in ("saved", "complete"):
+        raise InvalidOptionError(f"assume_checkpoint={assume_checkpoint!r} is not an assumption", "use saved or complete")
     if device_map not in (None, "cpu", {"": "cpu"}) or max_memory or offload_folder:
         raise ScanError(
             f"a scan predicts a load on one device; device_map={device_map!r}{' with max_memory' if max_memory else ''}"
@@ -124,6 +131,8 @@ def scan(
             "builds it before quantizing",
         )
     mode = "header" if keys == "header" or (keys == "auto" and source.header is not None and not quantized) else "complete"
+    if mode == "complete" and keys == "auto" and assume_checkpoint == "saved":
+        mode = "saved"  # no headers: the keys this code's own save_pretrained writes
     parsed_dtype = _hf.parse_dtype(dtype) if dtype is not None else None
     record = InitWrites()
 
@@ -141,11 +150,11 @@ def scan(
             if parsed_dtype is not None:
                 kwargs["dtype"] = parsed_dtype
             with contextlib.ExitStack() as stack:
-                if mode == "complete" and stack.enter_context(complete_keys_from_the_model()):
-                    kwargs["state_dict"] = CompleteKeys()  # filled from the model transformers constructs
+                if mode in ("complete", "saved") and stack.enter_context(complete_keys_from_the_model()):
+                    kwargs["state_dict"] = CompleteKeys(saved=mode == "saved")  # filled from the model transformers constructs
                     kwargs.setdefault("dtype", _config_dtype(config) or torch.float32)
                 else:
-                    shapes = source.header if mode == "header" else _own_keys(concrete, config, parsed_dtype)
+                    shapes = source.header if mode == "header" else _own_keys(concrete, config, parsed_dtype, saved=mode == "saved")
                     if any(v is None for v in shapes.values()):  # a .bin index names keys only: shapes from the model
                         own = _own_keys(concrete, config, parsed_dtype)
                         shapes = {key: own[key] for key in shapes if key in own}
@@ -214,8 +223,8 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
         note += (f"; a {quantized}-quantized checkpoint: predicted as the model before quantization (no backend needed): the "
                  "weights its quantizer replaces are not predicted, non-persistent buffers and everything else are")
     summaries.append(_summary(Check.CHECKPOINT_FIDELITY, kept, written, note))
-    if mode == "header":
-        summaries.append(_summary(Check.MISSING_KEY, len(missing), missing))
+    if mode in ("header", "saved"):
+        summaries.append(_summary(Check.MISSING_KEY, len(missing), missing, SAVED_ASSUMPTION if mode == "saved" else ""))
     else:
         summaries.append(CheckSummary(Check.MISSING_KEY.value, False, reason="no checkpoint header: every key of the model's state dict assumed present"))
     summaries.append(_summary(Check.TIED_WEIGHTS, len(ties), tied))
@@ -224,7 +233,7 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     return AuditReport(
         model=source.name,
         model_class=type(model).__name__,
-        checkpoint=source.header_from,
+        checkpoint=SAVED_ASSUMPTION if mode == "saved" else source.header_from,
         findings=tuple(sorted(predicted, key=lambda f: (not f.failing, f.tensor))),
         checks=tuple(summaries),
         versions=versions(),
@@ -232,9 +241,9 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
         mode="scan",
         revision=source.revision,
         fetched_bytes=source.fetched_bytes,
-        method=WEIGHTLESS_METHOD.format(
-            keys="keys, shapes and dtypes from the checkpoint's safetensors headers" if mode == "header" else "every key of the model's own state dict"
-        ),
+        method=WEIGHTLESS_METHOD.format(keys={"header": "keys, shapes and dtypes from the checkpoint's safetensors headers",
+                                              "saved": "the keys this code's save_pretrained writes (its declared ties dropped)"}.get(
+            mode, "every key of the model's own state dict")),
     )
 
 
@@ -296,14 +305,16 @@ def _through_own_loader(cls, load):
     return model if isinstance(model, torch.nn.Module) else base.model
 
 
-def _own_keys(cls, config, dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """The model's own state dict, built on meta: what "the checkpoint holds every key" means."""
+def _own_keys(cls, config, dtype, saved: bool = False) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The model's own state dict, built on meta: what "the checkpoint holds every key" means. ``saved``: the keys a
+    ``save_pretrained`` of this code writes instead: its declared ties' targets dropped (4.x and 5.x both save so)."""
     from .reference import _default_dtype
 
     wanted = dtype if isinstance(dtype, torch.dtype) else _config_dtype(config)
     with torch.device("meta"), _default_dtype(wanted), meta_writes_skipped():
         model = cls(config)
-    return {key: (tuple(value.shape), value.dtype) for key, value in model.state_dict().items()}
+    dropped = tie_module.left_out_by_save(model) if saved else set()
+    return {key: (tuple(value.shape), value.dtype) for key, value in model.state_dict().items() if key not in dropped}
 
 
 def _config_dtype(config) -> torch.dtype | None:
@@ -315,7 +326,9 @@ def _config_dtype(config) -> torch.dtype | None:
     return None
 
 
+SAVED_ASSUMPTION = "no checkpoint headers: assumed the keys this code's save_pretrained writes (declared ties dropped)"
+
 OVER_MEMORY_HINT = ("the model's code allocates this much while a weightless load builds it (on the CPU, outside the meta "
                     "device): audit a full load instead (loadguard audit), or raise --memory-limit")
 
-__all__ = ["KEYS", "OVER_MEMORY_HINT", "scan"]
+__all__ = ["KEYS", "OVER_MEMORY_HINT", "SAVED_ASSUMPTION", "scan"]

@@ -115,4 +115,31 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
     return out
 
 
-__all__ = ["Tie", "declared"]
+def left_out_by_save(model: nn.Module) -> set[str]:
+    """The keys a ``save_pretrained`` of this code leaves out of its checkpoint, as transformers 4.x and 5.x both
+    decide: of the names that share one tensor, those its declared tied keys (a 4.x list, a 5.x mapping's targets, each
+    module's own, as patterns) name are dropped, all but one; and the targets of the ties it declares."""
+    import re
+
+    patterns: list[str] = []
+    for prefix, module in model.named_modules():
+        listed = vars(type(module)).get("_tied_weights_keys", getattr(module, "_tied_weights_keys", None))
+        names = list(listed) if isinstance(listed, (list, tuple, dict)) else []  # a 5.x mapping: its keys are the targets
+        patterns += [f"{re.escape(prefix)}\\.{name}" if prefix else name for name in names if isinstance(name, str)]
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    dropped = {tie.target for tie in declared(model)}
+    for names in groups.values():
+        if len(names) < 2:
+            continue
+        found = 0
+        for name in sorted(names):
+            if any(re.search(pattern, name) for pattern in patterns):
+                found += 1
+                if found < len(names):
+                    dropped.add(name)
+    return dropped
+
+
+__all__ = ["left_out_by_save", "Tie", "declared"]

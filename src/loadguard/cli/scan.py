@@ -105,6 +105,8 @@ def _markdown(rows: list[dict]) -> str:
 @click.option("--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none",
               help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
                    "shared among --jobs in a fleet, none for one model.")
+@click.option("--assume-checkpoint", "assume", type=click.Choice(["saved", "complete"]), default="saved", show_default=True,
+              help="Without checkpoint headers: the keys this code's save_pretrained writes (declared ties dropped), or every key.")
 @click.option("--revision", default=None, metavar="REV", help="Branch, tag or commit of every Hub id (org/name@REV pins one id).")
 @click.option("--follow-links", is_flag=True, help="Read a config or checkpoint file that is a link leading out of the model's folder (refused otherwise).")
 @click.option("--native", is_flag=True, help="Scan every model class the installed transformers registers in its auto mappings (no PATH).")
@@ -119,7 +121,7 @@ def _markdown(rows: list[dict]) -> str:
               help="Write each model's row to FILE (JSON Lines) as it finishes; models FILE already holds are not scanned again, "
                    "so an interrupted fleet finishes the rest.")
 @executor_option
-def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, revision, follow_links, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
+def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workarounds, workarounds_from, fmt, jobs, timeout, memory, assume, revision, follow_links, native, match, tasks, device_map, max_memory, offload_folder, baseline_file, write_baseline, timings, resume_file, executor):
     """Predict, without downloading or reading weights, which tensors loading PATH_OR_HUB_ID would get wrong.
 
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
@@ -145,6 +147,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         "workaround_files": [str(Path(f).resolve()) for f in workarounds_from],
         "follow_links": follow_links,
         "revision": revision,
+        "assume_checkpoint": assume,
     }
     from .. import _forks
 

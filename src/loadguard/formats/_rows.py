@@ -47,6 +47,8 @@ class Row:
     run_failure: RunFailure | None = None
     revision: str | None = None
     """The commit a Hub id resolved to: the model's identity includes it."""
+    checkpoint: str | None = None
+    """Where a scan's keys came from, or what it assumed without checkpoint headers."""
 
     @property
     def failures(self) -> tuple[Finding, ...]:
@@ -74,7 +76,8 @@ class Row:
             return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=error, hint=row.get("hint"))
         findings = tuple(Finding.from_dict(f) for f in row["findings"])
         checks = tuple(CheckSummary(**c) for c in row.get("checks", ()))
-        return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks, revision=row.get("revision"))
+        return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks, revision=row.get("revision"),
+                   checkpoint=row.get("checkpoint"))
 
     @classmethod
     def from_audit(cls, document: dict[str, Any], model: str) -> Row:

@@ -79,7 +79,7 @@ def _result(row: Row, rule_id: str, text: str, finding, rule_index: int) -> dict
         "message": {"text": f"{row.model}: {text}"},
         "partialFingerprints": {"loadguardFinding/v1": row.fingerprint(finding)},
         "properties": {"model": row.model, "modelClass": row.model_class, "tensor": finding.tensor, "mode": row.mode,
-                       **({"revision": row.revision} if row.revision else {})},
+                       **({"revision": row.revision} if row.revision else {}), **({"checkpoint": row.checkpoint} if row.checkpoint else {})},
     }
     location: dict[str, Any] = {"logicalLocations": [{"fullyQualifiedName": finding.tensor, "kind": "member"}]}
     source = row.source(finding)
