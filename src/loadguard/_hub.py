@@ -143,7 +143,9 @@ def _range(url: str, start: int, end: int, fetched: Fetched) -> bytes:
         if urlparse(url).netloc != endpoint:
             headers.pop("authorization", None)
             headers.pop("Authorization", None)
-        response = get_session().get(url, headers=headers, follow_redirects=False, timeout=READ_TIMEOUT)
+        session = get_session()
+        manual = {"follow_redirects": False} if "httpx" in type(session).__module__ else {"allow_redirects": False}  # hub 1.x / 0.x
+        response = session.get(url, headers=headers, timeout=READ_TIMEOUT, **manual)
         if response.status_code in (301, 302, 303, 307, 308):
             url = urljoin(url, response.headers["Location"])
             continue
@@ -219,7 +221,7 @@ def failure(repo_id: Any, error: BaseException, offline: bool, revision: str | N
             return HubAccessError(f"{repo_id}: no such model on the Hub, or a private one this request may not see (401)",
                                   f"check the id; for a private model, {login}")
         return ModelNotFoundError(f"{repo_id}: no such model on the Hugging Face Hub (404)", "check the id (org/name)")
-    if not offline and any(type(e).__name__.lower() == "readtimeout" for e in chain):
+    if not offline and (any(type(e).__name__.lower() == "readtimeout" for e in chain) or "read timed out" in text):  # httpx / requests
         return HubUnreachableError(f"{repo_id}: the Hub stopped sending mid-transfer (no bytes for {READ_TIMEOUT:g} s, {ATTEMPTS} tries)",
                                    "try again later; a mirror can be set with HF_ENDPOINT")
     if offline or any(marker in text for marker in _UNREACHABLE):
