@@ -106,7 +106,7 @@ time.sleep(600)
 
 @linux
 @pytest.mark.skipif(not _forks.available(), reason="needs os.fork")
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", pytest.param("SIGHUP", marks=pytest.mark.slow), pytest.param("SIGINT", marks=pytest.mark.slow)])
 def test_no_process_outlives_a_run_whatever_ends_it(zoo_folder, tmp_path, how):
     """A scan whose model forked a descendant (its own session) and hangs: the run is ended by a signal; 5 s later
     nothing it started runs (SIGKILL: the children notice their parent is gone)."""

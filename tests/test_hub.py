@@ -93,30 +93,33 @@ def guarded(zoo_folder):
             "lg-org/open": Repo.from_folder(zoo_folder("clean"))}
 
 
-@pytest.mark.parametrize("target, token, says, code", [
-    ("lg-org/private", None, "lg-org/private: no such model on the Hub, or a private one this request may not see (401)", 2),
-    ("lg-org/gated", None, "lg-org/gated is gated on the Hub: your token has no access (403)", 2),
-    ("lg-org/gated", "hf_wrong", "lg-org/gated is gated on the Hub: your token has no access (403)", 2),
-    ("lg-org/nope", TOKEN, "lg-org/nope: no such model on the Hugging Face Hub (404)", 2),
-    ("lg-org/open@no-such-tag", None, "lg-org/open has no revision 'no-such-tag' on the Hub (404)", 2),
-    ("lg-org/private", TOKEN, "", 0),
-    ("lg-org/gated", TOKEN, "", 0),
-])
-def test_refusals_are_one_line_each_and_a_token_opens_the_door(guarded, tmp_path, target, token, says, code):
+REFUSED = {
+    "lg-org/private": ("HubAccessError", "lg-org/private: no such model on the Hub, or a private one this request may not see (401)"),
+    "lg-org/gated": ("HubAccessError", "lg-org/gated is gated on the Hub: your token has no access (403)"),
+    "lg-org/nope": ("HubAccessError", "lg-org/nope: no such model on the Hub, or a private one this request may not see (401)"),
+    "lg-org/open@no-such-tag": ("ModelNotFoundError", "lg-org/open has no revision 'no-such-tag' on the Hub (404)"),
+}
+
+
+def test_refusals_are_told_apart_and_a_token_opens_the_door(guarded, tmp_path):
+    """Anonymous: each refusal its own words and kind in a fleet row (exit 3 with one id that loads); one id alone: one
+    Error and one Hint naming HF_TOKEN, exit 2. With the token: the private and gated ones scan, a missing one is 404."""
     with HubServer(guarded, token=TOKEN) as hub:
-        got, out, err, _ = _run(hub.url, tmp_path, "scan", target, "--trust-remote-code", token=token)
-    assert got == code, err
-    if says:
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", *REFUSED, "lg-org/open", "--trust-remote-code", "--format", "json")
+        rows = {r["model"]: r for r in _rows(out)}
+        assert code == 3 and rows["lg-org/open"]["ok"] is True, err
+        for model, (kind, message) in REFUSED.items():
+            assert (rows[model]["error"]["kind"], rows[model]["error"]["message"]) == (kind, message)
+            assert ("HF_TOKEN" in rows[model]["error"]["hint"]) == (kind == "HubAccessError")
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/gated", "--trust-remote-code", token="hf_wrong")
         lines = [line for line in err.splitlines() if line.strip()]
-        assert lines[0] == f"Error: {says}" and lines[1].startswith("Hint: ") and len(lines) == 2, err
-        assert ("HF_TOKEN" in lines[1]) == ("401" in says or "403" in says)
-
-
-def test_a_fleet_row_for_a_refused_id_makes_the_run_partial(guarded, tmp_path):
-    with HubServer(guarded, token=TOKEN) as hub:
-        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/open", "lg-org/gated", "--trust-remote-code", "--format", "json")
-    rows = _rows(out)
-    assert code == 3 and [r["ok"] for r in rows] == [True, False] and rows[1]["error"]["kind"] == "HubAccessError"
+        assert code == 2 and lines[0] == f"Error: {REFUSED['lg-org/gated'][1]}" and lines[1].startswith("Hint: ") and "HF_TOKEN" in lines[1]
+        assert len(lines) == 2, err
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/private", "lg-org/gated", "lg-org/nope", "--trust-remote-code",
+                                 "--format", "json", token=TOKEN)
+        rows = {r["model"]: r for r in _rows(out)}
+        assert rows["lg-org/private"]["ok"] and rows["lg-org/gated"]["ok"] and code == 3, err
+        assert rows["lg-org/nope"]["error"]["message"] == "lg-org/nope: no such model on the Hugging Face Hub (404)"
 
 
 def test_a_token_goes_to_the_endpoint_only_and_into_no_output(guarded, tmp_path):
@@ -189,3 +192,18 @@ def test_from_takes_ids_with_revisions_comments_and_a_json_list(guarded, tmp_pat
         for source in (listing, as_json):
             code, out, err, _ = _run(hub.url, tmp_path, "scan", "--from", str(source), "--trust-remote-code", "--format", "json")
             assert code == 0 and [r["model"] for r in _rows(out)] == ["lg-org/open", "lg-org/open@main"], err
+
+
+def test_an_audit_downloads_the_weights_once_into_the_standard_cache(np_repo, tmp_path):
+    """An audit of a Hub id loads it in full: the weights come once, into the standard HF cache, and the checkpoint
+    checks read that snapshot; the second audit fetches no weight byte."""
+    with HubServer({"lg-org/np": np_repo}) as hub:
+        code, out, err, _ = _run(hub.url, tmp_path, "audit", "lg-org/np", "--trust-remote-code", "--format", "json")
+        weights = np_repo.commits[np_repo.refs["main"]]["model.safetensors"].stat().st_size
+        assert code == (1 if IS_V5 else 0), err
+        assert hub.traffic.file_bytes(".safetensors") == weights  # the whole file, once
+        document = json.loads(out)
+        assert next(c for c in document["checks"] if c["check"] == "checkpoint_fidelity")["ran"] is True
+        hub.traffic.reset()
+        again, out, err, _ = _run(hub.url, tmp_path, "audit", "lg-org/np", "--trust-remote-code")
+        assert again == code and hub.traffic.file_bytes(".safetensors") == 0, err

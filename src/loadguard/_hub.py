@@ -98,6 +98,18 @@ def retried(call, attempts: int = ATTEMPTS):
     raise AssertionError("unreachable")
 
 
+def local_snapshot(text: str) -> Path | None:
+    """The HF cache's snapshot folder of a Hub id (``org/name[@rev]``) a load fetched, None for a local path or an
+    id the cache does not hold: what an audit reads the checkpoint from."""
+    if os.path.exists(text) or not is_hub_id(text):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    name, revision = split_id(text)
+    found = try_to_load_from_cache(name, "config.json", revision=revision)
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def _cache_blobs(repo_id: str) -> Path:
     from huggingface_hub import constants
 
@@ -237,4 +249,4 @@ def failure(repo_id: Any, error: BaseException, offline: bool, revision: str | N
     return ModelNotFoundError(f"{repo_id}: could not be fetched from the Hub ({first})", "run again with LOADGUARD_DEBUG=1 to see why")
 
 
-__all__ = ["Fetched", "failure", "headers", "is_hub_id", "retried", "safetensors_header", "snapshot", "split_id"]
+__all__ = ["Fetched", "failure", "local_snapshot", "headers", "is_hub_id", "retried", "safetensors_header", "snapshot", "split_id"]
