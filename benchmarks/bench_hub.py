@@ -3,7 +3,7 @@ the test suite's Hub endpoint (tests/hubserver.py, which counts what it sends), 
 Llama-3-70B-shaped sharded checkpoint (30 real-size sparse shards), first scan and second scan of the same revision;
 then a fleet of ids (``scan --from``), its bytes per model and wall time.
 
-    python benchmarks/bench_hub.py [--fleet 50] [--jobs 2]
+    python benchmarks/bench_hub.py [--fleet 200] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     from loadguard import zoo
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--fleet", type=int, default=50)
+    parser.add_argument("--fleet", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=2)
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="loadguard-bench-hub-") as workdir:
