@@ -280,7 +280,8 @@ class _Handler(BaseHTTPRequestHandler):
         if local is None:
             self._error(404, "EntryNotFound", "no such object")
             return
-        self._content(local, file, {"ETag": f'"{_oid(local)}"', "Accept-Ranges": "bytes"})
+        self._content(local, file, {"ETag": f'"{_oid(local)}"', "Accept-Ranges": "bytes",
+                                    "Content-Disposition": f'attachment; filename="{Path(file).name}"'})
 
     def _content(self, local: Path, file: str, headers: dict) -> None:
         size = local.stat().st_size

@@ -207,3 +207,37 @@ def test_an_audit_downloads_the_weights_once_into_the_standard_cache(np_repo, tm
         hub.traffic.reset()
         again, out, err, _ = _run(hub.url, tmp_path, "audit", "lg-org/np", "--trust-remote-code")
         assert again == code and hub.traffic.file_bytes(".safetensors") == 0, err
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a pseudo-terminal stands in for the user's terminal")
+def test_a_hub_ids_download_shows_its_bar_on_a_terminal_and_not_in_a_log(np_repo, tmp_path):
+    """stderr a terminal (a pseudo-terminal of 120 columns): the weights' download draws its bar; a log gets none."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    with HubServer({"lg-org/np": np_repo}) as hub:
+        leader, follower = pty.openpty()
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a fresh pty has no width: tqdm draws nothing
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "terminal"), "HF_HUB_OFFLINE": "0", "LOADGUARD_CACHE": str(tmp_path / "lg")}
+        env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        process = subprocess.Popen([sys.executable, "-m", "loadguard", "audit", "lg-org/np", "--trust-remote-code"], stdout=subprocess.DEVNULL,
+                                   stderr=follower, env=env, cwd=tmp_path)
+        os.close(follower)
+        shown = b""
+        while True:  # read while it runs: a pty holds little
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+        process.wait(timeout=300)
+        os.close(leader)
+        weights = np_repo.commits[np_repo.refs["main"]]["model.safetensors"].stat().st_size
+        assert f"{weights / 1000:.1f}k/{weights / 1000:.1f}k".encode() in shown and b"100%" in shown, shown.decode(errors="replace")[-2000:]
+        (tmp_path / "log").mkdir()
+        code, out, err, _ = _run(hub.url, tmp_path / "log", "audit", "lg-org/np", "--trust-remote-code")  # stderr a pipe
+        assert "100%" not in err and "B/s]" not in err, err

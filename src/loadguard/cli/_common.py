@@ -113,20 +113,27 @@ def set_verbose(verbose: bool) -> None:
     SETTINGS["verbose"] = verbose
 
 
-def quiet_transformers() -> None:
+def quiet_transformers(downloads: bool = False) -> bool:
     """Our output, not transformers' progress bars and load reports (``--verbose`` keeps them: warnings and up). A
-    finding that one of its warnings explains quotes it anyway (:mod:`loadguard._noise` hears them either way)."""
+    finding that one of its warnings explains quotes it anyway (:mod:`loadguard._noise` hears them either way).
+    ``downloads``: a Hub id's files are about to be fetched: on a terminal (and not ``--quiet``) the download shows its
+    progress bar. Returns whether it will."""
     import transformers
 
     if SETTINGS["verbose"]:
         transformers.logging.set_verbosity_warning()
-        return
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        return False
+    shown = downloads and stderr().is_terminal and not SETTINGS["quiet"] and os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") in (None, "", "0")
+    if not shown:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     transformers.logging.set_verbosity_error()
     import huggingface_hub
 
     huggingface_hub.utils.logging.set_verbosity_error()  # its retry warnings ("... thrown while requesting HEAD")
     transformers.utils.logging.disable_progress_bar()
+    if shown:
+        huggingface_hub.utils.enable_progress_bars()  # the download's bar (transformers' own stay off)
+    return shown
 
 
 @contextlib.contextmanager
@@ -259,8 +266,11 @@ def load_model(
         if "device_map" in kwargs:
             raise InvalidOptionError("--device and --device-map both say where the model goes", "keep one: --device-map subsumes --device")
         kwargs["device_map"] = device
-    quiet_transformers()
-    with progress(f"Loading {path} with from_pretrained"):
+    from .._hub import is_hub_id
+
+    downloading = quiet_transformers(downloads=is_hub_id(str(path)) and not os.path.exists(path))
+    # a download draws its own bar on the terminal: no spinner over it (its output redirection would hide the bar)
+    with contextlib.nullcontext() if downloading else progress(f"Loading {path} with from_pretrained"):
         return load_unaudited(auto_class, path, poison=poison, workarounds=workarounds, strict_stale=strict_stale, **kwargs)
 
 
