@@ -78,7 +78,10 @@ def _resolve_checkpoint(model: nn.Module, checkpoint: Any) -> tuple[Checkpoint |
         if name == type(model).__name__:
             return None, "no checkpoint folder: the model was not loaded from one (a state dict, a config, a model built in memory); pass checkpoint=PATH"
         return None, "no checkpoint given and the model's name_or_path is not a local folder (pass checkpoint=PATH)"
-    return Checkpoint.open(Path(checkpoint)), ""
+    from ._hub import local_snapshot
+
+    snapshot = local_snapshot(str(checkpoint)) if isinstance(checkpoint, (str, os.PathLike)) else None
+    return Checkpoint.open(snapshot or Path(checkpoint)), ""  # a Hub id: the snapshot its load fetched into the HF cache
 
 
 def _resolve_reference(model: nn.Module, reference: Any, persistent_buffers: bool = True) -> tuple[Reference | None, str]:
@@ -206,7 +209,7 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
     Args:
         model: a model as any loader left it (``from_pretrained``, ``to_empty`` + init, ...).
         checkpoint: the checkpoint it was loaded from: a folder, a ``.safetensors`` / ``.bin`` file, an
-            index ``.json``, or a :class:`loadguard.checkpoint.Checkpoint`. ``None`` uses the model's
+            index ``.json``, a Hub id (its snapshot in the HF cache), or a :class:`loadguard.checkpoint.Checkpoint`. ``None`` uses the model's
             ``name_or_path`` when it is a local folder; ``False`` skips the checkpoint checks.
         reference: ``"auto"`` builds the reference of the model's buffers from its class and config
             (cached); ``None`` skips the non-persistent-buffer check; or a prebuilt

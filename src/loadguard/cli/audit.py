@@ -51,10 +51,7 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     from .. import workarounds as registry
 
     # the model as loaded is what the exit code and `ok` describe
-    from .._hub import local_snapshot
-
-    checkpoint = local_snapshot(path) or path  # a Hub id: the snapshot its load fetched into the HF cache
-    report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), checkpoint, early=early, strict=strict_stale)
+    report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
     rows = apply_baseline([Row.from_report(report, str(path))], baseline_file, write_baseline)
     if rows is None:
         return ExitCode.CLEAN

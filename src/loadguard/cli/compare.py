@@ -32,7 +32,6 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
 
     read_config(path, trust_remote_code)  # answered before torch is imported
     from .. import audit, repair
-    from .._hub import local_snapshot
     from ..compare import check_logprobs_close
     from ..runner.crash import guarded
 
@@ -43,7 +42,7 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     model = runner.model
     report = repaired = None
     if do_repair:
-        report = audit(model, local_snapshot(path) or path)
+        report = audit(model, path)
         repaired = repair(model, report) if not report.ok else None
     # each side runs in its own guard: a crash of the loaded model is a finding once the reference runs the same call
     a, crash = guarded(model, lambda: runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images))
@@ -69,7 +68,7 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     ok = not failure_text
     wrong = ()  # outputs differ: what the audit finds wrong in the model that produced them
     if not ok:
-        wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, local_snapshot(path) or path)).failures
+        wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, path)).failures
     write(fmt, _Compared(str(path), type(model).__name__, prompt_list, images, a, b, name_a, failure_text, tuple(wrong), report, repaired,
                          tuple(runner.workarounds), next_step))
     return ExitCode.CLEAN if ok and not (strict_repair and repaired is not None) else ExitCode.FINDINGS
