@@ -241,3 +241,19 @@ def test_a_hub_ids_download_shows_its_bar_on_a_terminal_and_not_in_a_log(np_repo
         (tmp_path / "log").mkdir()
         code, out, err, _ = _run(hub.url, tmp_path / "log", "audit", "lg-org/np", "--trust-remote-code")  # stderr a pipe
         assert "100%" not in err and "B/s]" not in err, err
+
+
+def test_an_index_naming_a_path_is_refused_and_writes_nothing_outside_the_cache(tmp_path, zoo_folder):
+    """A hostile index (a shard named ../../x): refused in one line before any header is read or cached."""
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    shutil.copy(zoo_folder("clean") / "config.json", folder / "config.json")
+    for name in ("configuration_lgtoy.py", "modeling_lgtoy.py"):
+        shutil.copy(zoo_folder("clean") / name, folder / name)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "../../../escaped.safetensors"}}))
+    with HubServer({"lg-org/hostile": Repo.from_folder(folder)}) as hub:
+        code, out, err, _ = _run(hub.url, tmp_path, "scan", "lg-org/hostile", "--trust-remote-code", "--keys", "header")
+        assert code == 2 and "refused" in err and "../../../escaped.safetensors" in err, err
+        assert hub.traffic.file_bytes(".safetensors") == 0
+    assert not list(tmp_path.rglob("escaped.safetensors*"))
+

@@ -172,7 +172,10 @@ def safetensors_header(repo_id: str, commit: str, filename: str, fetched: Fetche
     """One file's safetensors header (its JSON), by two range reads; kept by commit in loadguard's cache."""
     from huggingface_hub import hf_hub_url
 
-    kept = _headers_cache(repo_id, commit) / f"{filename}.json"
+    from ._paths import inside
+
+    root = _headers_cache(repo_id, commit)
+    kept = inside(root, root / f"{filename}.json", "a safetensors header's cache file")
     if kept.is_file():
         return json.loads(kept.read_text())
     url = hf_hub_url(repo_id, filename, revision=commit)
@@ -190,11 +193,10 @@ def safetensors_header(repo_id: str, commit: str, filename: str, fetched: Fetche
 
 def weight_files(folder: Path) -> list[str] | None:
     """The safetensors files a snapshot's index names (or the single file, when the repository lists one)."""
+    from .checkpoint import shard_names
+
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        return sorted(set(weight_map.values()))
-    return None
+    return sorted(shard_names(index)) if index.is_file() else None  # plain file names only: each names a cache file below
 
 
 def headers(repo_id: str, commit: str, folder: Path, fetched: Fetched) -> dict[str, dict] | None:
@@ -203,6 +205,8 @@ def headers(repo_id: str, commit: str, folder: Path, fetched: Fetched) -> dict[s
     files = weight_files(folder) or ["model.safetensors"]
     try:
         return {name: safetensors_header(repo_id, commit, name, fetched) for name in files}
+    except LoadguardError:  # refused before anything went over the wire: its own words
+        raise
     except Exception as error:
         if files == ["model.safetensors"] and _status(error) == 404:
             return None  # no safetensors checkpoint: the caller says what it assumes instead

@@ -257,7 +257,9 @@ def _corrupt(path: Path, what: str) -> CheckpointError:
     return CheckpointError(f"{named(path)} is corrupt: {what}", "download or save the checkpoint again")
 
 
-def _index_files(index_path: Path) -> list[Path]:
+def shard_names(index_path: Path) -> list[str]:
+    """The shard file names an index names, each a plain file name beside it (never a path), in order, once each;
+    :class:`CheckpointError` for an index that is not one or names anything else."""
     try:
         index = json.loads(index_path.read_text())
         weight_map = index["weight_map"]
@@ -274,7 +276,11 @@ def _index_files(index_path: Path) -> list[Path]:
             "names files beside it)",
             "the index is corrupt or hostile: download or save the checkpoint again",
         )
-    files = [index_path.parent / shard for shard in shards]
+    return shards
+
+
+def _index_files(index_path: Path) -> list[Path]:
+    files = [index_path.parent / shard for shard in shard_names(index_path)]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
         raise CheckpointError(
