@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-ray bench-ray test-compat test-newest test-versions api-diff bench bench-large clean
+.PHONY: demo test test-slow test-ray bench-ray test-compat test-newest test-versions api-diff bench bench-run bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -57,11 +57,20 @@ $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 	$(COMPAT)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-compat.txt -e '.[test]'
 	touch $(COMPAT_STAMP)
 
+# Every benchmark appends its figures to .bench-run.jsonl; benchmarks/guard.py then prints each figure more than 10%
+# worse than the previous release's (benchmarks/history/, with the machine of each), stores this run's there (check
+# it in with the release) and fails when one is worse
 bench: $(STAMP)
+	rm -f .bench-run.jsonl
+	LOADGUARD_BENCH_RECORD=$(CURDIR)/.bench-run.jsonl $(MAKE) --no-print-directory bench-run
+	$(BIN)/python benchmarks/guard.py .bench-run.jsonl
+
+bench-run:
 	$(BIN)/python benchmarks/bench_zoo.py
 	$(BIN)/python benchmarks/bench_audit.py
 	$(BIN)/python benchmarks/bench_observed.py
 	$(BIN)/python benchmarks/bench_scan.py
+	$(BIN)/python benchmarks/bench_cost.py
 	$(BIN)/python benchmarks/bench_plugin.py
 	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_fix.py

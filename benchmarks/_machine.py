@@ -24,3 +24,21 @@ def describe() -> str:
 
 def announce() -> None:
     print(describe(), flush=True)
+
+
+RECORD_ENV = "LOADGUARD_BENCH_RECORD"
+
+
+def record(name: str, value: float, *, better: str = "lower", unit: str = "") -> None:
+    """Keep one figure of this run for the speed guard (``benchmarks/guard.py``, run last by ``make bench``): a JSON
+    line appended to the file ``$LOADGUARD_BENCH_RECORD`` names; nothing when it is unset (a script run by hand).
+    ``better``: ``"lower"`` (a time, a ratio to a baseline) or ``"higher"`` (a throughput)."""
+    import json
+
+    path = os.environ.get(RECORD_ENV)
+    if not path or value != value:  # unset, or NaN: nothing measured
+        return
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better={better!r}: lower or higher")
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"name": name, "value": float(value), "better": better, "unit": unit}) + "\n")

@@ -227,6 +227,12 @@ def main() -> None:
         print(f"  every value compared / torch.equal     {compared_tp / equal_tp:6.1%}            ({compared_tp:.1f} GB/s: weights written, cast or copied after loading)")
         print(f"  whole audit / (2)                      {r['audit'] / r['load_forward']:6.2f}x   [<= 1.5x]")
         allowed = r["buffer_bytes"] + r["largest_tensor_bytes"]
+        import _machine
+
+        _machine.record("audit buffers / naive eager reference", buffer_audit / r["naive_reference"], unit="x")
+        _machine.record("audit buffers / load+forward", buffer_audit / r["load_forward"], unit="x")
+        _machine.record("audit fidelity throughput / torch.equal", fidelity_tp / equal_tp, better="higher", unit="x")
+        _machine.record("audit whole / load+forward", r["audit"] / r["load_forward"], unit="x")
         print(f"  audit peak extra memory                {r['audit_peak_extra'] / 1e6:8.1f} MB  [<= buffers {r['buffer_bytes'] / 1e6:.1f} MB + largest tensor {r['largest_tensor_bytes'] / 1e6:.1f} MB = {allowed / 1e6:.1f} MB]")
 
         print("\nScaling (same run):")

@@ -52,6 +52,10 @@ def main() -> None:
     for fmt in FORMATS:
         median = statistics.median(times[fmt])
         print(f"{fmt:<10} {median:>8.2f} {median / base:>7.2f}x {sizes[fmt] / 1024:>8.1f} KB")
+        if fmt != "json":
+            import _machine
+
+            _machine.record(f"format {fmt} / json", median / base, unit="x")
 
 
 if __name__ == "__main__":

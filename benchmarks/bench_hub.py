@@ -61,6 +61,9 @@ def main() -> None:
                 second = hub.traffic.file_bytes()
                 assert rows[0]["fetched_bytes"] == first
                 print(f"{name:<28} {weights / 2**20:>10.1f} MB {first / 1024:>15.1f} KB {100 * first / weights:>12.3f}% {second:>8} B")
+                import _machine
+
+                _machine.record(f"hub {name} first scan KB", first / 1024, unit="KB")
             listing = work / "fleet.txt"
             listing.write_text("".join(f"bench/fleet-{index}\n" for index in range(arguments.fleet)))
             hub.traffic.reset()

@@ -49,6 +49,9 @@ def main(argv=None) -> int:
             flag = "" if max(times) < BUDGET_S and size < BUDGET_MB else "  OVER BUDGET"
             print(f"{name:<26}{statistics.median(times):>10.3f}{max(times):>8.3f}{size:>7.2f}{max(times) / BUDGET_S:>12.3f}{flag}")
     print(f"slowest build: {worst:.3f} s = {worst / BUDGET_S:.3f} of the {BUDGET_S:.0f} s budget")
+    import _machine
+
+    _machine.record("zoo slowest build s", worst, unit="s")
     return 0
 
 

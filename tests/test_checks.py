@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadguard import checks
 from loadguard._replay import Replay
@@ -163,3 +165,63 @@ def test_a_size_mismatch_ignored_on_request_is_initialized():
     assert checks.check_checkpoint_fidelity(entry(poisoned, kind="parameter", persistent=True), poisoned, stored, "k", resized=True).status == "uninitialized"
     # a shape that differs with no request behind it is a mismatch
     assert checks.check_checkpoint_fidelity(entry(loaded, kind="parameter", persistent=True), loaded, stored, "k").status == "mismatch"
+
+
+def _garbage_counted(tensor):
+    """What checks.garbage said before its one-pass shortcut: every count made exactly (the property below holds the
+    shortcut to it)."""
+    if tensor.numel() == 0 or tensor.dtype == torch.bool:
+        return None
+    if tensor.dtype.is_floating_point:
+        for count, what in ((torch.isnan(tensor).sum(), "are NaN"), (torch.isinf(tensor).sum(), "are infinite"),
+                            ((tensor.abs() > 1e30).sum(), "exceed 1e+30 in magnitude")):
+            if int(count):
+                return f"{int(count)} of {tensor.numel()} values {what}"
+        return None
+    top = torch.iinfo(tensor.dtype).max
+    count = int((tensor == top).sum())
+    return f"{count} of {tensor.numel()} values are the integer maximum {top}" if count else None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32]),
+    size=st.integers(1, 300),
+    planted=st.lists(st.tuples(st.integers(0, 299), st.sampled_from(["nan", "inf", "-inf", "huge", "-huge", "top", "big"])), max_size=4),
+)
+def test_garbage_shortcut_says_what_exact_counting_says(dtype, size, planted):
+    """The one-pass test (a finite sum, then the extremes) never hides garbage and never invents it: float16 values
+    whose sum overflows, a NaN beside an infinity, INT_MAX among integers, all give the exact counts' answer."""
+    tensor = torch.arange(size, dtype=torch.float64).to(dtype)
+    for index, kind in planted:
+        if index >= size:
+            continue
+        if dtype.is_floating_point:
+            value = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "huge": 1e37, "-huge": -1e37, "top": 3e38,
+                     "big": float(torch.finfo(dtype).max)}[kind]
+            tensor[index] = torch.tensor(value, dtype=torch.float64).to(dtype)
+        else:
+            tensor[index] = torch.iinfo(dtype).max if kind in ("top", "inf") else -5
+    assert checks.garbage(tensor) == _garbage_counted(tensor)
+
+
+def test_a_large_uninitialized_mask_is_counted_and_its_difference_is_the_false_values():
+    """A 2048x2048 causal mask left all True: one finding whose difference is the count of values the code makes
+    False, counted without a bool sum (which widens to int64)."""
+    mask = torch.tril(torch.ones(2048, 2048, dtype=torch.bool))
+    finding = checks.check_non_persistent_buffer(entry(mask), torch.ones_like(mask), mask, None)
+    false = 2048 * 2047 // 2
+    assert finding.status == "uninitialized" and finding.detail == f"all {2048 * 2048} values are True; the code computes {false} False"
+    assert finding.max_abs_diff == false
+    other = mask.clone()
+    other[0, 0] = False
+    mismatch = checks.check_non_persistent_buffer(entry(mask), other, mask, None)
+    assert mismatch.status == "mismatch" and mismatch.detail == f"1 of {2048 * 2048} values differ" and mismatch.max_abs_diff == 1
+
+
+def test_a_difference_is_not_computed_where_the_values_are_not_finite_but_is_for_absurd_ones():
+    expected = torch.linspace(1, 2, 8)
+    infinite = checks.check_non_persistent_buffer(entry(expected), torch.full((8,), float("inf")), expected, None)
+    assert infinite.status == "uninitialized" and "8 of 8 values are infinite" in infinite.detail and infinite.max_abs_diff is None
+    absurd = checks.check_non_persistent_buffer(entry(expected), torch.full((8,), 1e37), expected, None)
+    assert absurd.status == "uninitialized" and absurd.max_abs_diff is not None and absurd.max_abs_diff > 9e36

@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("audit",),
     ("repair",),
     ("workarounds._apply",),
-    ("load", "selfcheck", "scan", "_scan_source", "native", "compare", "render", "reproducer"),
+    ("load", "selfcheck", "scan", "_scan_source", "_warm", "native", "compare", "render", "reproducer"),
     ("runner", "runner.*", "matrix", "matrix_native", "matrix_diff", "envs", "formats", "formats.*", "fleet", "fix"),
     ("cli", "cli.*", "pytest_plugin", "pytest_plugin.*", "_cells", "__main__", ""),
 ]

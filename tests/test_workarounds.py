@@ -375,3 +375,16 @@ def test_cli_workaround_option_and_list(zoo_folder, capsys, tmp_path):
         assert {w["name"]: w["source"] for w in json.loads(captured.out)["workarounds"]}["test-cli-own"] == f"file {own.resolve()}"
     finally:
         registry.REGISTRY.pop("test-cli-own", None)
+
+
+def test_leaked_typing_names_are_found_behind_any_star_import_and_other_files_are_not_parsed():
+    """Every remote-code load asks, for every file, which typing names it leaks through ``from torch.nn.functional
+    import *``: a file without that import is answered by a textual test (not parsed: a file that does not even parse
+    says none), one with it, however it is wrapped, is parsed and answered."""
+    from loadguard.workarounds.remote_code import _leaked_names
+
+    assert _leaked_names("x = a * b\ndef broken(:\n") == set()  # no star import: not parsed, so no SyntaxError
+    assert _leaked_names("import torch.nn.functional as F\ndef f(x: List[int]): return x\n") == set()
+    wrapped = "from torch.nn.functional \\\n    import *\ndef f(x: List[int]) -> Optional[int]:\n    return None\n"
+    assert _leaked_names(wrapped) == {"List", "Optional"}
+    assert _leaked_names("from  torch.nn.functional  import  *  # noqa\nx: Dict = {}\n") == {"Dict"}

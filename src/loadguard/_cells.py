@@ -59,6 +59,9 @@ def main() -> None:
     import loadguard.cli.audit  # noqa: F401
     import loadguard.cli.scan  # noqa: F401
     import loadguard.scan  # noqa: F401
+    from loadguard._warm import warm
+
+    warm()  # a first scan's work done once here, not in every cell's child
 
     print(json.dumps({"ready": transformers.__version__, "torch": torch.__version__}), flush=True)
     for line in sys.stdin:

@@ -108,6 +108,32 @@ def added(pid: int | str = "self") -> int | None:
         return None
 
 
+def held_at_most(pid: int | str = "self") -> int | None:
+    """An upper bound of :func:`added`, cheap to read: resident plus swapped-out bytes (``VmRSS + VmSwap`` from
+    /proc/PID/status, ~0.02 ms against ~5 ms for smaps_rollup, which walks every mapping: read every 50 ms for each
+    running child it took a fifth of a core from the fleet). Private dirty pages are resident or swapped, so
+    ``added <= held_at_most`` always; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            fields = dict(line.split(b":", 1) for line in status.read().splitlines() if b":" in line)
+        return sum(int(fields[key].split()[0]) for key in (b"VmRSS", b"VmSwap") if key in fields) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _added_past(limit: int) -> Callable[[int], int | None]:
+    """:func:`added` for a child, read only when the cheap bound (:func:`held_at_most`) says it may be over ``limit``
+    (below it, the bound itself is returned: over nothing)."""
+
+    def grown(pid: int) -> int | None:
+        bound = held_at_most(pid)
+        if bound is not None and bound <= limit:
+            return bound
+        return added(pid)
+
+    return grown
+
+
 def size_text(count: float) -> str:
     """Bytes as people read them: 512 B, 3.2 MiB, 1.5 GiB."""
     if count < 1024:
@@ -215,7 +241,7 @@ def run(
     private = added() is not None
     baseline = 0 if private else resident() if memory_limit else None
     watch_memory = bool(memory_limit) and baseline is not None
-    grown_by = added if private else resident
+    grown_by = _added_past(memory_limit) if private and memory_limit else resident
     lifeline = os.pipe()  # the children see EOF on it when this process is gone, however it ended
     os.set_inheritable(lifeline[0], False)
     os.set_inheritable(lifeline[1], False)
@@ -302,4 +328,4 @@ def run(
     return [outcomes[index] for index in sorted(outcomes)]
 
 
-__all__ = ["Outcome", "added", "available", "resident", "run", "size_text"]
+__all__ = ["Outcome", "added", "available", "held_at_most", "resident", "run", "size_text"]

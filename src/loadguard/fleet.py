@@ -111,12 +111,16 @@ def _outcome_row(target: str, outcome, timeout: float | None) -> dict:
 
 
 def _prepare() -> None:
-    """Before the children are forked (here, or on a Ray worker): torch, transformers and the scan imported once."""
+    """Before the children are forked (here, or on a Ray worker): torch, transformers and the scan imported, and a first
+    scan's work done, once (:mod:`loadguard._warm`)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import transformers  # noqa: F401
     from transformers import PreTrainedModel  # noqa: F401
 
     from . import scan as _scan_module  # noqa: F401
+    from ._warm import warm
+
+    warm()  # what a first scan builds (imports, transformers' tables, the self-check) built here, not in every child
 
 
 def scan_fleet(

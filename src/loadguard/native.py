@@ -147,6 +147,9 @@ def _prepare(natives: list[NativeClass]):
             except Exception:
                 pass  # the child says why
         transformers.logging.set_verbosity_error()
+        from ._warm import warm
+
+        warm()  # a first scan's work (imports, transformers' tables, the self-check) done here, not in every child
 
     return prepare
 

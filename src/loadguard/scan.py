@@ -318,7 +318,8 @@ def _own_keys(cls, config, dtype, saved: bool = False) -> dict[str, tuple[tuple[
 
 
 def _config_dtype(config) -> torch.dtype | None:
-    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    # a 4.x config keeps torch_dtype as an attribute; 5.x makes it a property that warns it is deprecated
+    value = getattr(config, "dtype", None) or vars(config).get("torch_dtype")
     if isinstance(value, torch.dtype):
         return value
     if isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype):

@@ -33,6 +33,12 @@ class Usage:
     detail: str = ""
 
 
+@functools.lru_cache(maxsize=None)
+def _regex(pattern: str) -> re.Pattern:
+    """A signature's pattern, compiled once per process (some are long: v4-module-names lists every removed name)."""
+    return re.compile(pattern)
+
+
 @dataclass(frozen=True)
 class Signature:
     """A failure a workaround fixes: an exception type (by name, matched along its class hierarchy) whose
@@ -43,7 +49,7 @@ class Signature:
 
     def matches(self, error: BaseException) -> bool:
         names = {cls.__name__ for cls in type(error).__mro__}
-        return self.exception in names and re.search(self.pattern, str(error)) is not None
+        return self.exception in names and _regex(self.pattern).search(str(error)) is not None
 
     def to_dict(self) -> dict[str, str]:
         return {"exception": self.exception, "pattern": self.pattern}
@@ -268,6 +274,15 @@ def decides_on_memory(selection: str | Sequence[str | Workaround] | None) -> boo
 def matching(error: BaseException, stage: str | None = "before_import") -> list[Workaround]:
     """The registered workarounds (of ``stage``; any with None) that declare ``error`` as a failure they fix."""
     return [w for w in all_workarounds() if (stage is None or w.stage == stage) and w.fixes_error(error)]
+
+
+def compile_signatures() -> int:
+    """Compile every registered workaround's failure patterns now, in this process (~35 ms: a process that forks
+    model loads does it once, :mod:`loadguard._warm`, instead of each child); returns how many."""
+    patterns = {signature.pattern for w in all_workarounds() for signature in w.fixes}
+    for pattern in patterns:
+        _regex(pattern)
+    return len(patterns)
 
 
 def fixes_for(error: BaseException) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import re
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +19,16 @@ def has_remote_code(config: dict) -> bool:
     return bool(config.get("auto_map"))
 
 
+# a textual test that any `from torch.nn.functional import *` passes (line continuations too): a file that fails it
+# has no such import, and needs no parse
+_STAR_IMPORT = re.compile(r"from[\s\\]+torch[\s\\]*\.[\s\\]*nn[\s\\]*\.[\s\\]*functional[\s\\]+import[\s\\(]*\*")
+
+
 def _leaked_names(source: str) -> set[str]:
     """Typing names a module uses without defining or importing them, while star-importing
     torch.nn.functional (through which older torch leaked them)."""
+    if not _STAR_IMPORT.search(source):
+        return set()  # no such star import: the file is not parsed (every remote-code load asks, for every file)
     tree = ast.parse(source)
     star = any(isinstance(n, ast.ImportFrom) and n.module == "torch.nn.functional" and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
     if not star:
