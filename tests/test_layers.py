@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "loadguard"
 
 # Bottom first. A module may import from its own layer or any layer below; patterns are module names under loadguard.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "_text", "_sizes", "_procs", "_preflight", "_codemod", "_codemod_parts", "_codemod_write", "_fix_prove", "_settings", "_cache", "_paths", "_noise", "_locations", "_origins", "_observers", "_forks", "executors", "executors.*", "_import_hooks", "_config", "statuses", "workarounds", "workarounds._registry", "workarounds._external", "workarounds.v4_api", "workarounds._source_fixes", "workarounds.v4_auto", "workarounds.v4_names", "workarounds.v4_behaviour", "workarounds.api_coverage",
+    ("errors", "_text", "_leftover", "_sizes", "_procs", "_preflight", "_codemod", "_codemod_parts", "_codemod_write", "_fix_prove", "_settings", "_cache", "_paths", "_noise", "_locations", "_origins", "_observers", "_forks", "executors", "executors.*", "_import_hooks", "_config", "statuses", "workarounds", "workarounds._registry", "workarounds._external", "workarounds.v4_api", "workarounds._source_fixes", "workarounds.v4_auto", "workarounds.v4_names", "workarounds.v4_behaviour", "workarounds.api_coverage",
      "workarounds.minicpmv", "workarounds.remote_code", "workarounds.transformers_v4", "workarounds._attn_mask_v4"),
     ("inventory", "report", "loading_info", "poison", "_pages", "zoo", "zoo.*"),
     ("reference", "_where", "checkpoint", "_bin_header", "keymap", "offload", "checks", "_equality", "ties", "_hf", "_hub", "_transformers", "_replay", "_writes", "_fixplan", "_fix_files", "_upstream"),

@@ -13,6 +13,7 @@ from ._replay import Replay
 from .inventory import TensorEntry
 from .report import Finding, finite_or_none
 from ._equality import equal_after_cast
+from ._leftover import _garbage, garbage  # noqa: F401  (checks.garbage stays importable)
 from .statuses import FAILING_STATUSES, Check, Status, is_failing  # noqa: F401  (checks.Status & co. stay importable)
 
 
@@ -26,8 +27,6 @@ FLOAT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 _DEFAULT_TOLERANCE = (1.6e-2, 1e-3)  # float8 and other narrow types
 
-# A float magnitude no real weight or buffer has; leftover memory often does (1e37, 3e38).
-_ABSURD_MAGNITUDE = 1e30
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -52,57 +51,6 @@ def _finding(entry: TensorEntry, check: Check, status: Status, detail: str, diff
 
 # ----------------------------------------------------------------------------------------------------
 # Value helpers
-
-
-def garbage(tensor: torch.Tensor) -> str | None:
-    """Why ``tensor`` looks like uninitialized memory (NaN, infinities, INT_MAX, absurd magnitudes),
-    or None when nothing about its values alone says so."""
-    found = _garbage(tensor)
-    return found[0] if found else None
-
-
-def _garbage(tensor: torch.Tensor) -> tuple[str, bool] | None:
-    """:func:`garbage`'s reason, and whether the values are finite (no NaN or infinity: a difference can be computed).
-    Counted with ``count_nonzero`` (a bool ``sum`` widens to int64 first: ~20x slower on a 4M-value mask)."""
-    if tensor.numel() == 0 or tensor.dtype == torch.bool:
-        return None
-    if _plainly_real(tensor.detach()):
-        return None
-    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
-        values = tensor.detach()
-        nan = int(torch.isnan(values).count_nonzero())
-        if nan:
-            return f"{nan} of {values.numel()} values are NaN", False
-        inf = int(torch.isinf(values).count_nonzero())
-        if inf:
-            return f"{inf} of {values.numel()} values are infinite", False
-        absurd = int((values.abs() > _ABSURD_MAGNITUDE).count_nonzero())
-        if absurd:
-            return f"{absurd} of {values.numel()} values exceed {_ABSURD_MAGNITUDE:g} in magnitude", True
-        return None
-    top = torch.iinfo(tensor.dtype).max
-    count = int((tensor == top).count_nonzero())
-    if count:
-        return f"{count} of {tensor.numel()} values are the integer maximum {top}", True
-    return None
-
-
-def _plainly_real(values: torch.Tensor) -> bool:
-    """Whether one pass that allocates nothing proves ``values`` hold no garbage: a finite sum means no NaN and no
-    infinity (either would make it NaN or infinite), and then the extremes say whether any magnitude is absurd; for
-    integers the largest value says whether INT_MAX is there. False (count exactly) when it cannot tell, or the dtype
-    has no such reduction (float8)."""
-    try:
-        if values.dtype.is_complex:
-            return False
-        if values.dtype.is_floating_point:
-            if not bool(torch.isfinite(values.sum())):
-                return False
-            low, high = torch.aminmax(values)
-            return float(high) <= _ABSURD_MAGNITUDE and float(low) >= -_ABSURD_MAGNITUDE
-        return int(values.max()) < torch.iinfo(values.dtype).max
-    except (RuntimeError, NotImplementedError, TypeError):
-        return False
 
 
 def max_abs_diff(loaded: torch.Tensor, expected: torch.Tensor) -> float:

@@ -13,7 +13,7 @@ import contextvars
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,7 @@ class Usage:
 
 
 @functools.lru_cache(maxsize=None)
-def _regex(pattern: str) -> re.Pattern:
-    """A signature's pattern, compiled once per process (some are long: v4-module-names lists every removed name)."""
+def _regex(pattern: str) -> re.Pattern:  # once a process: some are long (v4-module-names lists every removed name)
     return re.compile(pattern)
 
 
@@ -120,15 +119,7 @@ class WorkaroundOutcome:
     """Set when ``workarounds="auto"`` chose it: the failure that made it apply."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "stage": self.stage,
-            "status": self.status,
-            "fixed": self.fixed,
-            "detail": self.detail,
-            "upstream": self.upstream,
-            "auto": self.auto or None,
-        }
+        return {**asdict(self), "auto": self.auto or None}
 
 
 REGISTRY: dict[str, Workaround] = {}
@@ -277,12 +268,8 @@ def matching(error: BaseException, stage: str | None = "before_import") -> list[
 
 
 def compile_signatures() -> int:
-    """Compile every registered workaround's failure patterns now, in this process (~35 ms: a process that forks
-    model loads does it once, :mod:`loadguard._warm`, instead of each child); returns how many."""
-    patterns = {signature.pattern for w in all_workarounds() for signature in w.fixes}
-    for pattern in patterns:
-        _regex(pattern)
-    return len(patterns)
+    """Compile every failure pattern now (~35 ms: done once before a fleet forks, :mod:`loadguard._warm`); how many."""
+    return len({_regex(signature.pattern) for w in all_workarounds() for signature in w.fixes})
 
 
 def fixes_for(error: BaseException) -> list[str]:
