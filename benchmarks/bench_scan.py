@@ -271,26 +271,22 @@ def families() -> None:
     """Per model and per stage: a scan in a warm process (its code already imported once) against the same scan in a
     fleet child (scan --from, --jobs 1, --timings). Target: no stage costs a child more than 1.25x + 20 ms of what
     it costs the warm process (a child must not redo what a warm process did once: imports, tables, the self-check),
-    and checks cost no more than loading, at <= 2 ms a finding. The warm process measures as a child runs: one
-    intra-op thread (a forked child cannot use the parent's OpenMP team), and each model's reference built anew (the
-    warm process would otherwise reuse the one its previous scan of the same model cached)."""
+    and checks cost no more than loading, at <= 2 ms a finding. The warm process scans the models one after the other
+    after a warm-up scan of another model, each once (its code imported then, as in a child), with one intra-op thread
+    as a forked child runs (it cannot use the parent's OpenMP team)."""
     import _machine
     import torch
-    from loadguard import reference
+    from loadguard._warm import warm as warm_up
     from loadguard.fleet import _result
 
     print(f"\n## Remote-code families at published sizes, weightless: per-stage seconds, warm process vs fleet child (--jobs 1)")
     options = {"trust_remote_code": True, "workarounds": ["auto"], "keys": "auto", "placement": {}}
     with tempfile.TemporaryDirectory() as workdir:
         folders = {f"{name} {size}": str(_full_size(name, size, Path(workdir) / f"{name}-{size}")) for name in FAMILIES for size in PUBLISHED}
-        for folder in folders.values():  # each model's code imported once: what a warm process has
-            _result(folder, options)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        warm = {}
-        for label, folder in folders.items():
-            reference.clear_cache()
-            warm[label] = _result(folder, options)
+        warm_up()  # what a process pays once, here as in the fleet's parent
+        warm = {label: _result(folder, options) for label, folder in folders.items()}
         torch.set_num_threads(threads)
         listing = Path(workdir) / "fleet.txt"
         listing.write_text("\n".join(folders.values()) + "\n")
