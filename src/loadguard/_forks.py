@@ -100,10 +100,15 @@ def added(pid: int | str = "self") -> int | None:
     inherited: its resident size would also miss the parent's shared-library pages that fork does not map into the
     child (hundreds of MB with a CUDA build of torch) and so misjudge any limit by that much. None where it cannot be
     read."""
+    return _kilobytes(f"/proc/{pid}/smaps_rollup", (b"Private_Dirty", b"Swap"))
+
+
+def _kilobytes(path: str, keys: tuple[bytes, ...]) -> int | None:
+    """The sum, in bytes, of the ``key: N kB`` lines of a /proc file; None where it cannot be read."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
-            fields = dict(line.split(b":", 1) for line in rollup.read().splitlines() if b":" in line)
-        return sum(int(fields[key].split()[0]) for key in (b"Private_Dirty", b"Swap") if key in fields) * 1024
+        with open(path, "rb") as listing:
+            fields = dict(line.split(b":", 1) for line in listing.read().splitlines() if b":" in line)
+        return sum(int(fields[key].split()[0]) for key in keys if key in fields) * 1024
     except (OSError, ValueError, IndexError):
         return None
 
@@ -113,12 +118,7 @@ def held_at_most(pid: int | str = "self") -> int | None:
     /proc/PID/status, ~0.02 ms against ~5 ms for smaps_rollup, which walks every mapping: read every 50 ms for each
     running child it took a fifth of a core from the fleet). Private dirty pages are resident or swapped, so
     ``added <= held_at_most`` always; None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            fields = dict(line.split(b":", 1) for line in status.read().splitlines() if b":" in line)
-        return sum(int(fields[key].split()[0]) for key in (b"VmRSS", b"VmSwap") if key in fields) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
+    return _kilobytes(f"/proc/{pid}/status", (b"VmRSS", b"VmSwap"))
 
 
 def _added_past(limit: int) -> Callable[[int], int | None]:
