@@ -267,27 +267,34 @@ def _full_size(name: str, size: str, folder: Path) -> Path:
     return built
 
 
+_SEQUENTIAL = r"""
+import json, sys
+import torch
+from loadguard import fleet
+options, folders = json.loads(sys.argv[1])
+fleet._prepare()
+torch.set_num_threads(1)
+print(json.dumps([fleet._result(folder, options) for folder in folders]))
+"""
+
+
 def families() -> None:
     """Per model and per stage: a scan in a warm process (its code already imported once) against the same scan in a
     fleet child (scan --from, --jobs 1, --timings). Target: no stage costs a child more than 1.25x + 20 ms of what
     it costs the warm process (a child must not redo what a warm process did once: imports, tables, the self-check),
-    and checks cost no more than loading, at <= 2 ms a finding. The warm process scans the models one after the other
-    after a warm-up scan of another model, each once (its code imported then, as in a child), with one intra-op thread
-    as a forked child runs (it cannot use the parent's OpenMP team)."""
+    and checks cost no more than loading, at <= 2 ms a finding. The warm process is a fresh interpreter prepared as the
+    fleet's parent is (``fleet._prepare``: imports and a warm-up scan of another model) that scans the models one after
+    the other, each once (its code imported then, as in a child), with one intra-op thread as a forked child runs (it
+    cannot use the parent's OpenMP team): a process that had run this script's other sections would start warmer."""
     import _machine
-    import torch
-    from loadguard._warm import warm as warm_up
-    from loadguard.fleet import _result
 
     print(f"\n## Remote-code families at published sizes, weightless: per-stage seconds, warm process vs fleet child (--jobs 1)")
     options = {"trust_remote_code": True, "workarounds": ["auto"], "keys": "auto", "placement": {}}
     with tempfile.TemporaryDirectory() as workdir:
         folders = {f"{name} {size}": str(_full_size(name, size, Path(workdir) / f"{name}-{size}")) for name in FAMILIES for size in PUBLISHED}
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        warm_up()  # what a process pays once, here as in the fleet's parent
-        warm = {label: _result(folder, options) for label, folder in folders.items()}
-        torch.set_num_threads(threads)
+        sequential = subprocess.run([sys.executable, "-c", _SEQUENTIAL, json.dumps([options, list(folders.values())])], capture_output=True, text=True,
+                                    timeout=1800)
+        warm = dict(zip(folders, json.loads(sequential.stdout.strip().splitlines()[-1])))
         listing = Path(workdir) / "fleet.txt"
         listing.write_text("\n".join(folders.values()) + "\n")
         result = subprocess.run([sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--trust-remote-code", "--workaround", "auto",
@@ -362,25 +369,33 @@ def warm_70b() -> None:
     _machine.record("70b first scan after warm-up s", first, unit="s")
 
 
+_SWEEP = r"""
+import json, resource, sys, time
+from loadguard import native
+natives = native.classes(tasks=None if sys.argv[1] == "all" else "*CAUSAL_LM*")
+start = time.perf_counter()
+rows = native.scan_all(natives, jobs=2)
+seconds = time.perf_counter() - start
+failing = ("uninitialized", "on_meta", "overwritten", "mismatch")
+clean = sum(1 for r in rows if r.get("scanned") and not any(f["status"] in failing for f in r["findings"]))
+print(json.dumps({"seconds": seconds, "rows": len(rows), "clean": clean, "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
 def native_sweep(everything: bool) -> None:
     """scan --native over the causal-LM classes (--all: every auto-mapped class), --jobs 2: wall time and the largest
-    child's peak resident memory. Targets: causal LM <= 3 min, everything <= 15 min, <= 1 GB per child."""
-    import resource
-
-    from loadguard import native
-
-    natives = native.classes(tasks=None if everything else "*CAUSAL_LM*")
-    start = time.perf_counter()
-    rows = native.scan_all(natives, jobs=2)
-    seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    clean = sum(1 for r in rows if r.get("scanned") and not any(f["status"] in ("uninitialized", "on_meta", "overwritten", "mismatch") for f in r["findings"]))
-    label = "every auto-mapped class" if everything else "every causal-LM class"
+    child's peak resident memory. Targets: causal LM <= 3 min, everything <= 15 min, <= 1 GB per child. In an
+    interpreter of its own: the largest child is then one of the sweep's (this script's earlier children, the
+    1T-parameter shapes among them, would otherwise be counted)."""
     import _machine
 
-    _machine.record(f"scan --native {label} s", seconds, unit="s")
-    print(f"\n## scan --native, {label}: {len(rows)} classes in {seconds:.0f} s (--jobs 2; target {'15 min' if everything else '3 min'}), "
-          f"{clean} clean, largest child {peak:.0f} MB resident (target <= 1024 MB)")
+    result = subprocess.run([sys.executable, "-c", _SWEEP, "all" if everything else "causal"], capture_output=True, text=True, timeout=3600,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    label = "every auto-mapped class" if everything else "every causal-LM class"
+    _machine.record(f"scan --native {label} s", row["seconds"], unit="s")
+    print(f"\n## scan --native, {label}: {row['rows']} classes in {row['seconds']:.0f} s (--jobs 2; target {'15 min' if everything else '3 min'}), "
+          f"{row['clean']} clean, largest child {row['peak_mb']:.0f} MB resident (target <= 1024 MB)")
 
 
 if __name__ == "__main__":
