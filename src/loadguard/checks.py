@@ -7,6 +7,8 @@ tolerances per dtype are defined here and nowhere else; the statuses and which o
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ._replay import Replay
@@ -83,11 +85,14 @@ def _close(loaded: torch.Tensor, expected: torch.Tensor) -> bool:
     return bool(torch.isclose(loaded, expected, rtol=rtol, atol=atol, equal_nan=True).all())
 
 
-def _describe_difference(loaded: torch.Tensor, expected: torch.Tensor, found: tuple[str, bool] | None = None) -> tuple[Status, str, float | None]:
+_UNKNOWN = object()
+
+
+def _describe_difference(loaded: torch.Tensor, expected: torch.Tensor, found: Any = _UNKNOWN) -> tuple[Status, str, float | None]:
     """Classify a buffer that differs from its reference: leftover memory, or a different value; with the finding's
-    ``max_abs_diff`` (None where the loaded values are not finite). ``found``: :func:`_garbage` of ``loaded``, if
-    already known."""
-    found = found or _garbage(loaded)
+    ``max_abs_diff`` (None where the loaded values are not finite). ``found``: :func:`_garbage` of ``loaded``, when
+    the caller has it already (None included: nothing found)."""
+    found = _garbage(loaded) if found is _UNKNOWN else found
     if found:
         return Status.UNINITIALIZED, found[0], _difference(loaded, expected, found[1])
     if loaded.dtype == torch.bool:  # two counting passes, nothing allocated; the differing count is the difference
