@@ -95,12 +95,10 @@ def complete_keys_from_the_model() -> Iterator[bool]:
 
     def fill(model, state_dict) -> None:
         if isinstance(state_dict, CompleteKeys) and not state_dict:
-            from .ties import left_out_by_save
+            from .ties import saved_state_dict
 
-            dropped = left_out_by_save(model) if state_dict.saved else set()
-            for key, value in model.state_dict().items():
-                if key not in dropped:
-                    state_dict[key] = Weightless(value.shape, value.dtype)
+            for key, value in (saved_state_dict(model) if state_dict.saved else model.state_dict()).items():
+                state_dict[key] = Weightless(value.shape, value.dtype)
 
     if isinstance(descriptor, staticmethod):
 

@@ -313,8 +313,8 @@ def _own_keys(cls, config, dtype, saved: bool = False) -> dict[str, tuple[tuple[
     wanted = dtype if isinstance(dtype, torch.dtype) else _config_dtype(config)
     with torch.device("meta"), _default_dtype(wanted), meta_writes_skipped():
         model = cls(config)
-    dropped = tie_module.left_out_by_save(model) if saved else set()
-    return {key: (tuple(value.shape), value.dtype) for key, value in model.state_dict().items() if key not in dropped}
+    state = tie_module.saved_state_dict(model) if saved else model.state_dict()
+    return {key: (tuple(value.shape), value.dtype) for key, value in state.items()}
 
 
 def _config_dtype(config) -> torch.dtype | None:

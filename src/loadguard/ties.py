@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 
@@ -142,4 +143,10 @@ def left_out_by_save(model: nn.Module) -> set[str]:
     return dropped
 
 
-__all__ = ["left_out_by_save", "Tie", "declared"]
+def saved_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict a ``save_pretrained`` of this code writes: the model's own, less :func:`left_out_by_save`."""
+    dropped = left_out_by_save(model)
+    return {key: value for key, value in model.state_dict().items() if key not in dropped}
+
+
+__all__ = ["left_out_by_save", "saved_state_dict", "Tie", "declared"]
