@@ -24,10 +24,10 @@ def _garbage(tensor: torch.Tensor) -> tuple[str, bool] | None:
     Counted with ``count_nonzero`` (a bool ``sum`` widens to int64 first: ~20x slower on a 4M-value mask)."""
     if tensor.numel() == 0 or tensor.dtype == torch.bool:
         return None
-    if _plainly_real(tensor.detach()):
+    values = tensor.detach()
+    if _plainly_real(values):
         return None
-    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
-        values = tensor.detach()
+    if values.dtype.is_floating_point or values.dtype.is_complex:
         nan = int(torch.isnan(values).count_nonzero())
         if nan:
             return f"{nan} of {values.numel()} values are NaN", False
@@ -38,10 +38,10 @@ def _garbage(tensor: torch.Tensor) -> tuple[str, bool] | None:
         if absurd:
             return f"{absurd} of {values.numel()} values exceed {_ABSURD_MAGNITUDE:g} in magnitude", True
         return None
-    top = torch.iinfo(tensor.dtype).max
-    count = int((tensor == top).count_nonzero())
+    top = torch.iinfo(values.dtype).max
+    count = int((values == top).count_nonzero())
     if count:
-        return f"{count} of {tensor.numel()} values are the integer maximum {top}", True
+        return f"{count} of {values.numel()} values are the integer maximum {top}", True
     return None
 
 
