@@ -5,7 +5,7 @@
 
 The target (issue 34): a fix of a model costs at most 2x its audit plus one run in the transformers 4.57 environment.
 Each is measured as a user runs it, in a fresh process, one after the other in this run: ``loadguard audit``,
-``python -m loadguard._fix_prove`` (the 4.57 run: two loads and a comparison) and ``loadguard fix``. The 4.57
+``python -m loadguard._fix.prove`` (the 4.57 run: two loads and a comparison) and ``loadguard fix``. The 4.57
 environment is built (or found) once before any timing.
 """
 
@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadguard import envs, zoo
+from loadguard._infra import envs
+from loadguard import zoo
 
 BIN = Path(sys.executable).parent
 
@@ -54,7 +55,7 @@ def main() -> None:
             audits, compats, fixes = [], [], []
             for attempt in range(options.repeat):
                 audits.append(run([str(BIN / "loadguard"), "audit", str(folder), "--trust-remote-code", *workarounds]))
-                compats.append(run([str(environment.python), "-m", "loadguard._fix_prove", str(folder), str(folder), ",".join(zoo.get(name).needed_workarounds)], compat_env))
+                compats.append(run([str(environment.python), "-m", "loadguard._fix.prove", str(folder), str(folder), ",".join(zoo.get(name).needed_workarounds)], compat_env))
                 fixes.append(run([str(BIN / "loadguard"), "fix", str(folder), "--out", str(Path(scratch) / f"{name}-fixed-{attempt}"), "--trust-remote-code"]))
             audit, compat, fix = (statistics.median(v) for v in (audits, compats, fixes))
             print(f"{name:16} {audit:8.2f} {compat:10.2f} {fix:7.2f} {fix / (2 * audit + compat):28.2f}")

@@ -33,7 +33,7 @@ import transformers  # noqa: E402
 transformers.logging.set_verbosity_error()
 
 import loadguard  # noqa: E402
-from loadguard.envs import cache_root  # noqa: E402
+from loadguard._infra.envs import cache_root  # noqa: E402
 
 SHAPES = {
     "58M": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8, vocab_size=32000),
@@ -117,7 +117,7 @@ def timed(fn):
 
 def budget(model) -> tuple[float, float]:
     """(non-persistent buffer MB, largest tensor MB)."""
-    from loadguard.inventory import Inventory
+    from loadguard._audit.inventory import Inventory
 
     inventory = Inventory(model)
     np_bytes = sum(inventory.tensor(e.name).numel() * inventory.tensor(e.name).element_size() for e in inventory.non_persistent_buffers)
@@ -150,9 +150,9 @@ def offloaded(folder: Path) -> dict:
     with every offloaded value read through the hook and compared."""
     import importlib
 
-    audit_module = importlib.import_module("loadguard.audit")  # the module (loadguard.audit is the function)
-    from loadguard.checkpoint import Checkpoint
-    from loadguard.offload import Offloaded
+    audit_module = importlib.import_module("loadguard._audit.auditing")
+    from loadguard._files.checkpoint import Checkpoint
+    from loadguard._hf.offload import Offloaded
     from transformers import AutoModelForCausalLM
 
     layers = SHAPES["7B"]["num_hidden_layers"]

@@ -12,6 +12,7 @@ One machine, one run; the audits are interleaved so drift hits both alike.
 
 from __future__ import annotations
 
+import importlib
 import argparse
 import contextlib
 import statistics
@@ -24,8 +25,9 @@ import torch
 import transformers
 
 import loadguard
-from loadguard import _replay, zoo
-from loadguard.reference import clear_cache
+from loadguard._hf import replay as _replay
+from loadguard import zoo
+from loadguard._audit.reference import clear_cache
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -34,7 +36,7 @@ transformers.utils.logging.disable_progress_bar()
 @contextlib.contextmanager
 def declared_only():
     """The audit as it decided before: no init replay (loading info at its word), no replay of v4 _tie_weights."""
-    audit_module = sys.modules["loadguard.audit"]  # the module (loadguard.audit is also the verb)
+    audit_module = importlib.import_module("loadguard._audit.auditing")
     replay, ties = audit_module._replay_initialization, _replay.v4_ties
     audit_module._replay_initialization = lambda model, names: None
     _replay.v4_ties = lambda model: None
@@ -54,7 +56,7 @@ def timed(model, info, repeat: int) -> tuple[float, object]:
 
 
 def zoo_models(root: Path):
-    from loadguard.load import load_unaudited
+    from loadguard._audit.loading import load_unaudited
 
     for entry in zoo.entries():
         folder = zoo.build(entry.name, root / entry.name)

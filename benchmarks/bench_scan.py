@@ -43,7 +43,7 @@ import psutil, torch, transformers
 from torch import nn
 transformers.logging.set_verbosity_error()
 import loadguard
-from loadguard.reference import build_reference
+from loadguard._audit.reference import build_reference
 
 name, class_name, kwargs = json.loads(sys.argv[1])
 
@@ -83,7 +83,7 @@ if class_name == "PerExpert":
     config, model_class = MoEConfig(dtype="bfloat16", **kwargs), PerExpertMoE
 else:
     config, model_class = getattr(transformers, class_name)(dtype="bfloat16", **kwargs), None
-from loadguard._transformers import return_freed_memory
+from loadguard._hf.patches import return_freed_memory
 return_freed_memory()  # what the scan command does in its own process
 loadguard.scan(transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100))
 process = psutil.Process()
@@ -135,7 +135,7 @@ def shapes(quick: bool) -> None:
 def scan_vs_audit() -> None:
     import loadguard
     from loadguard import zoo
-    from loadguard.load import load_unaudited
+    from loadguard._audit.loading import load_unaudited
 
     print("\n## Scan vs full audit of the same zoo folder (median of 5, same process, warm)")
     cases = [("minicpmv_like", {}), ("np_buffer", {}), ("overwritten", {}),
@@ -174,7 +174,7 @@ def fleet() -> None:
     """20 zoo folders: the warm in-process scans side by side with the fleet (each model in a forked child of one
     process that imports torch and transformers once), --jobs 1 and 2. Target: at most 1 s of overhead per model."""
     from loadguard import zoo
-    from loadguard.fleet import _result
+    from loadguard._scan.fleet import scan_row
 
     print("\n## Fleet of 20 folders: warm scans vs the fork fleet (--jobs 1, --jobs 2)")
     names = [e.name for e in zoo.entries()]
@@ -182,10 +182,10 @@ def fleet() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         folders = [str(zoo.build(names[i % len(names)], Path(workdir) / f"m{i:02d}")) for i in range(20)]
         for folder in folders:  # warm: every model's code imported once
-            _result(folder, options)
+            scan_row(folder, options)
         start = time.perf_counter()
         for folder in folders:
-            _result(folder, options)
+            scan_row(folder, options)
         warm = time.perf_counter() - start
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", "import torch, transformers, loadguard.scan; from transformers import PreTrainedModel"], check=True)
@@ -270,7 +270,7 @@ def _full_size(name: str, size: str, folder: Path) -> Path:
 _SEQUENTIAL = r"""
 import json, sys
 import torch
-from loadguard import fleet
+from loadguard._scan import fleet
 options, folders = json.loads(sys.argv[1])
 fleet._prepare()
 torch.set_num_threads(1)
@@ -371,7 +371,7 @@ def warm_70b() -> None:
 
 _SWEEP = r"""
 import json, resource, sys, time
-from loadguard import native
+from loadguard._scan import native
 natives = native.classes(tasks=None if sys.argv[1] == "all" else "*CAUSAL_LM*")
 start = time.perf_counter()
 rows = native.scan_all(natives, jobs=2)

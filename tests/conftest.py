@@ -38,7 +38,7 @@ def zoo_folder(tmp_path_factory):
 def environments_cache(tmp_path_factory, versions) -> str:
     """A loadguard cache of its own holding the matrix environments of ``versions``, created now; skips the test when the
     package index cannot be reached to create them."""
-    from loadguard import envs
+    from loadguard._infra import envs
 
     cache = tmp_path_factory.mktemp("loadguard-cache")
     previous = os.environ.get("LOADGUARD_CACHE")

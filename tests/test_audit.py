@@ -230,7 +230,7 @@ def test_persistent_buffers_the_checkpoint_holds_are_not_built_for_the_reference
 
     import importlib
 
-    audit_module = importlib.import_module("loadguard.audit")  # the module, not the function the package exports
+    audit_module = importlib.import_module("loadguard._audit.auditing")
     asked = []
     build = audit_module.build_reference
     monkeypatch.setattr(audit_module, "build_reference", lambda model, **kw: asked.append(kw) or build(model, **kw))
@@ -250,7 +250,7 @@ def test_persistent_buffers_the_checkpoint_holds_are_not_built_for_the_reference
 def test_reports_give_torchs_build_beside_its_version():
     import torch
 
-    from loadguard.audit import versions
+    from loadguard._audit.auditing import versions
 
     found = versions()
     assert found["torch"] == torch.__version__  # with its local part: 2.13.0+cpu, 2.14.1+cu130

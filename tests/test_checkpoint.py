@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from loadguard.checkpoint import Checkpoint
-from loadguard.keymap import map_keys
+from loadguard._files.checkpoint import Checkpoint
+from loadguard._files.keymap import map_keys
 from loadguard.errors import CheckpointError
 
 TENSORS = {

@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadguard import checks
-from loadguard._replay import Replay
-from loadguard.inventory import TensorEntry
+from loadguard._audit import checks
+from loadguard._hf.replay import Replay
+from loadguard._audit.inventory import TensorEntry
 
 
 def entry(tensor, name="t", kind="buffer", persistent=False):

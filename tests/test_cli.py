@@ -391,7 +391,7 @@ def test_workarounds_from_runs_no_code_for_help_or_a_usage_error(command, tmp_pa
 
 
 def test_a_matrix_cell_passes_the_model_after_double_dash(tmp_path):
-    matrix_module = importlib.import_module("loadguard.matrix")
+    matrix_module = importlib.import_module("loadguard._matrix.matrices")
 
     for full in (False, True):
         arguments = matrix_module._arguments("-looks-like-an-option", full, ["--trust-remote-code", "--keys=auto"])
@@ -426,7 +426,7 @@ def test_a_finding_a_warning_explains_quotes_it(run, zoo_folder):
 
 
 def test_explaining_matches_whole_names_only():
-    from loadguard._noise import explaining
+    from loadguard._hf.noise import explaining
 
     report = "LOAD REPORT\nKey | Status |\nlayers.{0, 12}.mask | MISSING |\nscale | UNEXPECTED |\n\nNotes:\n- MISSING:\tnewly initialized."
     assert explaining("layers.12.mask", [report]) == "layers.{0, 12}.mask MISSING: newly initialized."

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadguard import _forks, _procs
+from loadguard._infra import forks as _forks, procs as _procs
 from loadguard.cli.scan import memory_limit, scan_fleet
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli
@@ -173,7 +173,7 @@ def test_the_pool_child_dies_with_its_parent():
         pytest.skip("needs fork and /proc")
     script = (
         "import os, sys, time\n"
-        "from loadguard import _forks\n"
+        "from loadguard._infra import forks as _forks\n"
         "def work(_):\n"
         "    print(os.getpid(), flush=True)\n"
         "    time.sleep(600)\n"
@@ -229,7 +229,7 @@ def test_a_config_value_with_escapes_reaches_stderr_escaped(tmp_path, capsys):
 def test_every_text_through_the_console_is_one_line_without_controls(text):
     from rich.table import Table
 
-    from loadguard._text import styled
+    from loadguard._infra.text import styled
     from loadguard.cli._common import SafeConsole
 
     console = SafeConsole(file=io.StringIO(), width=100_000, soft_wrap=True, color_system=None, force_terminal=True)
@@ -297,7 +297,7 @@ def test_the_weightless_scan_refuses_links_leaving_the_folder_unless_told(zoo_fo
 
 
 def test_a_hub_snapshots_links_to_its_blobs_are_its_own(tmp_path):
-    from loadguard._paths import leaving
+    from loadguard._infra.paths import leaving
 
     snapshot = tmp_path / "models--org--name" / "snapshots" / "abc"
     blobs = tmp_path / "models--org--name" / "blobs"
@@ -390,7 +390,7 @@ def test_procs_find_descendants_and_sweep_them():
 
 
 def test_a_matrix_resume_cell_of_the_wrong_shape_is_not_trusted():
-    from loadguard.matrix import Cell
+    from loadguard._matrix.matrices import Cell
 
     good = Cell("m", "5.0.0", "error", error="boom").to_dict()
     assert Cell.valid(good)

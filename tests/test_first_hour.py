@@ -147,7 +147,7 @@ def test_matrix_help_and_the_docs_give_one_exit_code_for_a_model_that_could_not_
     from pathlib import Path
 
     from loadguard.cli.matrix import cells_exit
-    from loadguard.matrix import Cell
+    from loadguard._matrix.matrices import Cell
 
     clean, error = Cell("a", "5.0", "clean", {"findings": [], "workarounds": []}), Cell("b", "5.0", "error", error="x")
     assert cells_exit([clean, error]) == 3 and cells_exit([error]) == 2 and cells_exit([clean]) == 0

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from loadguard import _forks
-from loadguard.cli.scan import _result, scan_fleet, scan_fleet_spawned
+from loadguard._infra import forks as _forks
+from loadguard._scan import scan_fleet, scan_fleet_spawned, scan_row
 
 from .conftest import IS_V5
 
@@ -58,7 +58,7 @@ def test_the_fork_fleet_equals_fresh_interpreters(zoo_folder):
     forked = scan_fleet(targets, OPTIONS, jobs=2)
     spawned = scan_fleet_spawned(targets, OPTIONS, jobs=2)
     assert [_comparable(r) for r in forked] == [_comparable(r) for r in spawned]
-    assert _comparable(forked[0]) == _comparable(_result(targets[0], OPTIONS))  # and the in-process single scan
+    assert _comparable(forked[0]) == _comparable(scan_row(targets[0], OPTIONS))  # and the in-process single scan
 
 
 HOG = "import time, torch\n_HOG = torch.ones(100 * 2**20)  # 400 MB, touched\ntime.sleep(60)"

@@ -178,7 +178,7 @@ def test_json_output_follows_its_schema(capsys, zoo_folder, tmp_path):
 
 
 def test_offline_is_told_apart_from_missing(capsys):
-    from loadguard._hub import failure
+    from loadguard._files.hub import failure
     from loadguard.errors import HubUnreachableError
 
     error = chained(OSError("We couldn't connect to 'https://huggingface.co' to load the files"), ConnectionError("[Errno -2] Name or service not known"))

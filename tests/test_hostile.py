@@ -276,7 +276,7 @@ def test_v4_style_to_dict_returning_a_dtype_audits_and_scans():
 
 
 def test_the_reference_cache_key_needs_no_serializable_config():
-    from loadguard.reference import config_fingerprint
+    from loadguard._audit.reference import config_fingerprint
 
     a = HostileConfig(extras={"x_a": {1: torch.float32, "k": {3, 4}}, "x_b": math.nan}, to_dict_style="raises")
     b = HostileConfig(extras={"x_a": {1: torch.float32, "k": {4, 3}}, "x_b": math.nan}, to_dict_style="raises")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from loadguard.inventory import Inventory
+from loadguard._audit.inventory import Inventory
 
 
 class Shared(nn.Module):

@@ -1,28 +1,36 @@
-"""The architecture as a test: imports point down the layers only, and no module imports itself back, however
-lazily (an import inside a function is still a dependency)."""
+"""The architecture as a test, in room names.
+
+``src/loadguard`` is a house of rooms: a package per capability (``_audit``, ``_scan``, ``cli``, ...) and three
+modules at the root (``errors``, ``report``, ``compare``). A room is entered through its ``__init__`` (its face);
+rooms point down the levels below and never sideways; a ``_name`` never crosses a module; an import sits at the top
+of its module unless DEFERRED below says why not; and a status is spelled once, in ``report``. An import inside a
+function is still a dependency: every rule here reads them too.
+"""
 
 from __future__ import annotations
 
 import ast
-from fnmatch import fnmatch
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "loadguard"
 
-# Bottom first. A module may import from its own layer or any layer below; patterns are module names under loadguard.
-LAYERS: list[tuple[str, ...]] = [
-    ("errors", "_text", "_leftover", "_sizes", "_procs", "_preflight", "_codemod", "_codemod_parts", "_codemod_write", "_fix_prove", "_settings", "_cache", "_paths", "_noise", "_locations", "_origins", "_observers", "_forks", "executors", "executors.*", "_import_hooks", "_config", "statuses", "workarounds", "workarounds._registry", "workarounds._external", "workarounds.v4_api", "workarounds._source_fixes", "workarounds.v4_auto", "workarounds.v4_names", "workarounds.v4_behaviour", "workarounds.api_coverage",
-     "workarounds.minicpmv", "workarounds.remote_code", "workarounds.transformers_v4", "workarounds._attn_mask_v4"),
-    ("inventory", "report", "loading_info", "poison", "_pages", "zoo", "zoo.*"),
-    ("reference", "_where", "checkpoint", "_bin_header", "keymap", "offload", "checks", "_equality", "ties", "_hf", "_hub", "_transformers", "_replay", "_writes", "_fixplan", "_fix_files", "_upstream"),
-    ("audit",),
-    ("repair",),
-    ("workarounds._apply",),
-    ("load", "selfcheck", "scan", "_scan_source", "_warm", "native", "compare", "render", "reproducer"),
-    ("runner", "runner.*", "matrix", "matrix_native", "matrix_diff", "envs", "formats", "formats.*", "fleet", "fix"),
-    ("cli", "cli.*", "pytest_plugin", "pytest_plugin.*", "_cells", "__main__", ""),
+# Bottom first. A room imports rooms of lower levels only; rooms on one level never import each other.
+LEVELS: list[tuple[str, ...]] = [
+    ("errors", "report"),  # the vocabulary: exceptions, results, statuses
+    ("_infra",),  # text, paths, processes, forks, settings, caches, environments, import hooks, faces
+    ("_files", "_codemod", "formats", "executors", "compare"),  # checkpoints and configs; code edits; outputs; pools
+    ("workarounds",),  # the registry and the built-in workarounds
+    ("_hf", "zoo"),  # how transformers loads (patches, replay, ties, poison); the test-model zoo
+    ("_audit",),  # inventory, reference, checks, audit, repair, load
+    ("runner", "_scan", "_fix", "_matrix"),  # the capabilities built on the audit
+    ("cli", "pytest_plugin"),  # the front ends
+    ("", "__main__"),  # the package's facade (lazy: each public name on first use) and `python -m loadguard`
 ]
 
+# Edges that point up, each with the reason it must. Empty: the house has none.
+DECLARED_UPWARD: dict[tuple[str, str], str] = {}
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
@@ -31,83 +39,217 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "templates" not in p.parts}
+def _room(module: str) -> str:
+    return module.split(".")[0]
 
 
-def _layer(module: str) -> int:
-    for index, patterns in enumerate(LAYERS):
-        if any(fnmatch(module, pattern) for pattern in patterns):
+def _level(room: str) -> int:
+    for index, rooms in enumerate(LEVELS):
+        if room in rooms:
             return index
-    raise AssertionError(f"loadguard.{module} has no layer: add it to LAYERS in {__file__}")
+    raise AssertionError(f"room {room!r} has no level: add it to LEVELS in {__file__}")
 
 
-def _imports(module: str, path: Path, known: set[str]) -> set[str]:
-    """The loadguard modules ``module`` imports anywhere in its body (TYPE_CHECKING blocks aside)."""
-    tree = ast.parse(path.read_text())
-    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for n in ast.walk(node)}
-    found: set[str] = set()
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    line: int
+    target: str  # the loadguard module named (the package of `from package import name`)
+    names: tuple[str, ...]  # the names taken from it (empty for `import x`)
+
+    def modules(self) -> set[str]:
+        """The loadguard modules this import loads: ``target``, or the submodules it names."""
+        known = _modules()
+        named = {f"{self.target}.{n}".lstrip(".") for n in self.names} & set(known)
+        return named | ({self.target} if len(named) < len(self.names) or not self.names else set())
+
+
+@functools.cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "templates" not in p.parts}
+
+
+_TREES: dict[str, ast.Module] = {}
+
+
+def _tree(module: str) -> ast.Module:
+    if module not in _TREES:
+        _TREES[module] = ast.parse(_modules()[module].read_text())
+    return _TREES[module]
+
+
+def _type_checking(tree: ast.Module) -> set[int]:
+    return {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+
+
+def _target(node: ast.AST, module: str) -> str | None:
+    """The loadguard module a ``from ... import`` names (None: not loadguard's)."""
+    if not isinstance(node, ast.ImportFrom):
+        return None
+    if node.level:
+        package = module.split(".") if _modules()[module].name == "__init__.py" else module.split(".")[:-1]
+        base = package[: len(package) - node.level + 1]
+        return ".".join([*base, *(node.module.split(".") if node.module else [])])
+    if (node.module or "").split(".")[0] == "loadguard":
+        return node.module[len("loadguard") :].lstrip(".")
+    return None
+
+
+def _imports(module: str) -> list[Import]:
+    """Every import of a loadguard module in ``module``'s body, TYPE_CHECKING blocks aside."""
+    tree = _tree(module)
+    skip = _type_checking(tree)
+    found = []
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1] if node.level > 1 else package
-                prefix = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            else:
-                prefix = node.module or ""
-                if not (prefix == "loadguard" or prefix.startswith("loadguard.")):
-                    continue
-                prefix = prefix[len("loadguard"):].lstrip(".")
-            candidates = [f"{prefix}.{alias.name}".lstrip(".") for alias in node.names]
-            names = [c if c in known else prefix for c in candidates]
-            found |= {n for n in names if n in known}
-            continue
-        else:
-            continue
-        for name in names:
-            if name == "loadguard" or name.startswith("loadguard."):
-                short = name[len("loadguard"):].lstrip(".")
-                while short not in known and "." in short:
-                    short = short.rsplit(".", 1)[0]
-                if short in known:
-                    found.add(short)
-    found.discard(module)
+        target = _target(node, module)
+        if target is not None:
+            found.append(Import(module, node.lineno, target, tuple(alias.name for alias in node.names)))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "loadguard":
+                    found.append(Import(module, node.lineno, alias.name[len("loadguard") :].lstrip("."), ()))
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache
+def _all_imports() -> list[Import]:
+    return [i for module in _modules() for i in _imports(module)]
+
+
+def _face(room: str) -> set[str] | None:
+    """What a private room offers, read from its ``lazy_face(...)`` call (None: a public room's plain __init__)."""
+    for node in _tree(room).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if getattr(node.value.func, "id", "") == "lazy_face":
+                offered = {e.value for v in node.value.args[1].values for e in v.elts}
+                for keyword in node.value.keywords:
+                    if keyword.arg == "modules":
+                        offered |= {e.value for e in keyword.value.elts}
+                return offered
+    return None
+
+
+def _face_modules(room: str) -> dict[str, tuple[str, ...]]:
+    for node in _tree(room).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if getattr(node.value.func, "id", "") == "lazy_face":
+                names = node.value.args[1]
+                return {k.value: tuple(e.value for e in v.elts) for k, v in zip(names.keys, names.values)}
+    return {}
+
+
+def _bound_at_top(module: str) -> set[str]:
+    names: set[str] = set()
+    for node in _tree(module).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        else:
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return names
+
+
+def test_every_module_is_in_a_room_with_a_level():
+    rooms = {_room(m) for m in _modules()}
+    assert {room: _level(room) for room in rooms}
+    root_modules = sorted(m for m in _modules() if "." not in m and (m == "" or not (PACKAGE / m).is_dir()))
+    assert root_modules == ["", "__main__", "compare", "errors", "report"], "a new module belongs in a room"
+
+
+def test_rooms_point_down_the_levels():
+    wrong = []
+    for i in _all_imports():
+        for target in i.modules():
+            source, room = _room(i.module), _room(target)
+            if source == room or (source, room) in DECLARED_UPWARD:
+                continue
+            if _level(room) >= _level(source):
+                side = "beside" if _level(room) == _level(source) else "above"
+                wrong.append(f"loadguard.{i.module}:{i.line} imports loadguard.{target}, a room {side} it")
+    assert wrong == []
+
+
+def test_declared_upward_edges_exist():
+    edges = {(_room(i.module), _room(t)) for i in _all_imports() for t in i.modules()}
+    assert [edge for edge in DECLARED_UPWARD if edge not in edges] == []
+
+
+def test_a_room_is_entered_through_its_face():
+    """From another room, a private room is imported whole or through the names its face offers; a public room
+    through the public names its __init__ binds or a public module of it (``loadguard.formats.baseline``)."""
+    wrong = []
+    for i in _all_imports():
+        for target in i.modules():
+            room = _room(target)
+            if room == _room(i.module) or room in ("", "errors", "report", "compare", "__main__"):
+                continue
+            if target == room and i.target != room:  # `from .. import _room`: the room whole
+                continue
+            offered = _face(room)
+            if target != room:  # a module of the room, by name
+                inside = target.split(".")[1:]
+                if (offered is None and not any(p.startswith("_") for p in inside)) or (
+                    offered is not None and len(inside) == 1 and inside[0] in offered and i.target == room
+                ):
+                    continue
+                wrong.append(f"loadguard.{i.module}:{i.line} imports loadguard.{target}: enter through loadguard.{room}")
+                continue
+            if offered is None:
+                offered = {n for n in _bound_at_top(room) if not n.startswith("_")}
+            wrong += [
+                f"loadguard.{i.module}:{i.line} takes {n} from loadguard.{room}, which does not offer it"
+                for n in i.names
+                if n not in offered and f"{room}.{n}" not in _modules()
+            ]
+    assert wrong == []
+
+
+def test_a_face_offers_only_what_its_modules_define():
+    missing = []
+    for room in {_room(m) for m in _modules()}:
+        for module, names in _face_modules(room).items():
+            bound = _bound_at_top(f"{room}.{module}")
+            missing += [f"loadguard.{room}.{module}.{n}" for n in names if n not in bound]
+    assert missing == []
+
+
+def test_no_private_name_crosses_a_module():
+    """``from x import _name`` and ``module._name`` on an imported loadguard module, across any two modules."""
+    wrong = []
     modules = _modules()
-    known = set(modules)
-    return {name: _imports(name, path, known) for name, path in modules.items()}
+    for module in modules:
+        for i in _imports(module):
+            wrong += [f"loadguard.{module}:{i.line} takes {n} from loadguard.{i.target}" for n in i.names
+                      if n.startswith("_") and not n.startswith("__") and f"{i.target}.{n}".lstrip(".") not in modules]
+        imported = set()  # names bound to loadguard modules
+        for node in ast.walk(_tree(module)):
+            if isinstance(node, ast.Import):
+                imported |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("loadguard")}
+            elif (target := _target(node, module)) is not None:
+                imported |= {a.asname or a.name for a in node.names if f"{target}.{a.name}".lstrip(".") in modules}
+        for node in ast.walk(_tree(module)):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                wrong.append(f"loadguard.{module}:{node.lineno} reads {node.value.id}.{node.attr}")
+    assert wrong == []
 
 
-def test_every_module_has_a_layer():
-    for module in _modules():
-        _layer(module)
-
-
-def test_imports_point_down_the_layers():
-    upward = [
-        f"loadguard.{module} (layer {_layer(module)}) imports loadguard.{target} (layer {_layer(target)})"
-        for module, targets in sorted(_graph().items())
-        for target in sorted(targets)
-        if _layer(target) > _layer(module) and not target.startswith(module + ".") and module != ""
-    ]
-    assert upward == []
+def _matches(module: str, pattern: str) -> bool:
+    return module == pattern or (pattern.endswith(".*") and module.startswith(pattern[:-1]))
 
 
 def test_no_import_circles():
-    graph = _graph()
-    graph.pop("", None)  # the package facade imports lazily whatever it exports: it is the top, nothing imports it back
-    for targets in graph.values():
-        targets.discard("")
+    graph: dict[str, set[str]] = {}
+    for i in _all_imports():
+        for target in i.modules():
+            if i.module and target and target != i.module and not target.startswith(i.module + "."):
+                graph.setdefault(i.module, set()).add(target)
     cycles, stack, state = [], [], {}
 
     def visit(node: str) -> None:
@@ -115,7 +257,7 @@ def test_no_import_circles():
         stack.append(node)
         for target in sorted(graph.get(node, ())):
             if state.get(target) == "open":
-                cycles.append(" -> ".join(stack[stack.index(target):] + [target]))
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
             elif target not in state:
                 visit(target)
         stack.pop()

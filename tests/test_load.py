@@ -64,7 +64,7 @@ def test_bad_arguments_are_typed_errors(zoo_folder, tmp_path):
 
 
 def test_load_and_the_runner_take_output_loading_info_and_keep_transformers_report(native_folders):
-    from loadguard.loading_info import of
+    from loadguard._hf.loading_info import of
     from loadguard.runner import HfRunner
 
     folder, _ = native_folders["llama"]

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from loadguard import envs
+from loadguard._infra import envs
 from loadguard.errors import InvalidOptionError
-matrix_module = importlib.import_module("loadguard.matrix")  # (loadguard.matrix is the function)
+matrix_module = importlib.import_module("loadguard._matrix.matrices")
 
 from .conftest import TRANSFORMERS_VERSION, environments_cache
 
@@ -142,7 +142,7 @@ def test_a_version_string_never_becomes_a_path_outside_the_cache(tmp_path, monke
 
 
 def test_deletes_and_records_stay_inside_their_root(tmp_path):
-    from loadguard._paths import inside, remove_tree, write_atomically
+    from loadguard._infra.paths import inside, remove_tree, write_atomically
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "env").mkdir(parents=True)
@@ -204,7 +204,7 @@ def _finding(tensor: str, status: str = "uninitialized") -> dict:
 
 
 def _synthetic():
-    from loadguard.matrix import Cell, Matrix
+    from loadguard._matrix.matrices import Cell, Matrix
 
     report = lambda *tensors: {"findings": [_finding(t) for t in tensors], "workarounds": []}  # noqa: E731
     cells = [
@@ -220,7 +220,7 @@ def _synthetic():
 
 
 def test_diff_names_how_each_verdict_moved():
-    from loadguard.matrix_diff import diff
+    from loadguard._matrix.changes import diff
 
     changes = {c.model: c for c in diff(_synthetic(), "5.24.0", "5.25.0")}
     assert {m: c.change for m, c in changes.items()} == {
@@ -277,7 +277,7 @@ def test_matrix_diff_in_sarif_github_and_junit_fails_only_the_models_that_got_wo
 
 def test_matrix_cells_in_sarif_github_and_junit(monkeypatch, capsys, zoo_folder):
     from loadguard.cli import main
-    from loadguard.matrix import Cell, Matrix
+    from loadguard._matrix.matrices import Cell, Matrix
 
     folder = str(zoo_folder("np_buffer"))
     finding = {"tensor": "positions.index", "kind": "buffer", "check": "non_persistent_buffer", "status": "uninitialized", "dtype": "int64",
@@ -304,7 +304,7 @@ def test_loadguard_matrix_is_callable_and_returns_the_matrix_json_prints(monkeyp
         matrix_module.Cell(m, environment.version, "clean" if environment.version == V4 else "findings",
                            {"findings": [] if environment.version == V4 else [{"tensor": "t", "status": "uninitialized"}]})
         for m, _ in cells])
-    from loadguard.matrix import Cell  # importing the module does not replace the function
+    from loadguard._matrix.matrices import Cell  # importing the module does not replace the function
 
     result = loadguard.matrix(["a", "b"], [V4, V5])
     assert callable(loadguard.matrix) and isinstance(result.cells[0], Cell)
@@ -349,7 +349,7 @@ def test_an_interrupted_matrix_resumes_with_only_the_cells_it_lacks(monkeypatch,
 
 
 def test_the_limits_the_user_sets_hold_for_bisect_steps_and_native_sweeps(monkeypatch, tmp_path, capsys):
-    from loadguard import matrix_native
+    from loadguard._matrix import native as matrix_native
     from loadguard.cli import main
     from loadguard.cli.scan import memory_limit
 

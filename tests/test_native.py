@@ -10,8 +10,8 @@ import torch
 import transformers
 
 import loadguard
-from loadguard import native
-from loadguard.checks import CONSTANT_FILL_NOTE
+from loadguard._scan import native
+from loadguard._audit.checks import CONSTANT_FILL_NOTE
 
 from .conftest import IS_V5
 
@@ -125,7 +125,7 @@ def _differential(tmp_path, wanted: int, stride: int | None) -> None:
 
 
 def test_match_takes_globs_and_substrings_as_users_type_them():
-    from loadguard.native import classes, matches
+    from loadguard._scan.native import classes, matches
 
     assert matches("LlamaForCausalLM", "ForCausalLM") and matches("LlamaForCausalLM", "*ForCausalLM")
     assert not matches("LlamaModel", "ForCausalLM") and not matches("LlamaForCausalLM", "ForCausalLM*")

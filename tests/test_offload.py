@@ -15,7 +15,7 @@ import torch
 
 import loadguard
 from loadguard import zoo
-from loadguard.load import load_unaudited
+from loadguard._audit.loading import load_unaudited
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from loadguard._pages import PageOracle
+from loadguard._files.pages import PageOracle
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page state is read from Linux's /proc/self/pagemap")
 

@@ -7,7 +7,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from loadguard import zoo
 from loadguard.errors import ReferenceBuildError
-from loadguard.reference import build_reference, clear_cache
+from loadguard._audit.reference import build_reference, clear_cache
 
 
 class TinyConfig(PretrainedConfig):
@@ -85,7 +85,7 @@ def test_a_parameter_too_large_to_allocate_is_built_on_meta_directly():
     allocate there. The reference then creates tensors over 1 GiB on meta; buffers stay real."""
     from torch import nn
 
-    from loadguard.reference import _construct
+    from loadguard._audit.reference import _construct
 
     class Huge(nn.Module):
         def __init__(self, config):

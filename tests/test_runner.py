@@ -203,12 +203,12 @@ def test_done_when_the_six_seed_cases_run_through_the_runner(zoo_folder):
 
 
 def test_runner_cuts_new_tokens_from_either_kind_of_generate():
-    from loadguard.runner.hf_runner import _new_tokens
+    from loadguard.runner._outputs import new_tokens
 
     prompt = torch.tensor([[5, 6, 7]])
-    assert _new_tokens(torch.tensor([[5, 6, 7, 9, 9]]), prompt, 2) == [9, 9]  # prompt + new
-    assert _new_tokens(torch.tensor([[9, 8]]), prompt, 2) == [9, 8]  # new only (generate from inputs_embeds)
-    assert _new_tokens(torch.tensor([[1, 2, 3, 4, 9, 8]]), prompt, 2) == [9, 8]  # longer than max_new_tokens: the tail
+    assert new_tokens(torch.tensor([[5, 6, 7, 9, 9]]), prompt, 2) == [9, 9]  # prompt + new
+    assert new_tokens(torch.tensor([[9, 8]]), prompt, 2) == [9, 8]  # new only (generate from inputs_embeds)
+    assert new_tokens(torch.tensor([[1, 2, 3, 4, 9, 8]]), prompt, 2) == [9, 8]  # longer than max_new_tokens: the tail
 
 
 def test_a_generate_that_contradicts_its_scores_is_an_error(zoo_folder):

@@ -186,7 +186,7 @@ def test_scan_leaves_torch_and_transformers_as_it_found_them(zoo_folder):
 
 
 def test_the_causal_lm_class_is_chosen_not_the_first_auto_map_entry():
-    from loadguard._hf import resolve_class
+    from loadguard._hf.pretrained import resolve_class
 
     auto_map = {
         "AutoConfig": "configuration_x.XConfig",
@@ -202,7 +202,7 @@ def test_the_causal_lm_class_is_chosen_not_the_first_auto_map_entry():
 
 def test_skip_init_parameters_stay_on_meta():
     """ChatGLM builds layers with torch.nn.utils.skip_init, which puts every parameter in real memory."""
-    from loadguard._transformers import parameters_stay_on_meta
+    from loadguard._hf.patches import parameters_stay_on_meta
 
     with parameters_stay_on_meta():
         layer = torch.nn.utils.skip_init(torch.nn.Linear, 4096, 4096)
@@ -216,9 +216,9 @@ def test_code_that_quantizes_itself_is_scanned_without_building_its_weights(zoo_
     its non-persistent buffers are still compared. A folder that lacks one of them needs it built."""
     import importlib
 
-    from loadguard import reference as reference_module
+    from loadguard._audit import reference as reference_module
 
-    audit_module = importlib.import_module("loadguard.audit")  # where the scan asks for its reference
+    audit_module = importlib.import_module("loadguard._audit.auditing")  # where the scan asks for its reference
     asked = []
     build = reference_module.build_reference
 
@@ -258,7 +258,7 @@ def test_code_that_quantizes_itself_is_scanned_without_building_its_weights(zoo_
 
 
 def test_large_tensors_are_created_on_meta_directly():
-    from loadguard._transformers import large_tensors_on_meta
+    from loadguard._hf.patches import large_tensors_on_meta
 
     with large_tensors_on_meta(threshold=1 << 20):
         big = torch.empty(1024, 1024)  # 4 MiB
@@ -396,7 +396,7 @@ def test_without_headers_a_scan_assumes_what_the_codes_own_save_writes(zoo_folde
     save_pretrained writes (the tied tables left out), which on transformers 5 leaves them untied, as the header scan of
     the saved checkpoint says; --assume-checkpoint complete assumes every key and cannot see it. The row names which."""
     from loadguard.cli import main
-    from loadguard.scan import SAVED_ASSUMPTION
+    from loadguard._scan.scanning import SAVED_ASSUMPTION
 
     folder = tmp_path / "weightless"
     shutil.copytree(zoo_folder("v4_tied_list"), folder)
@@ -424,14 +424,14 @@ def test_without_headers_a_scan_assumes_what_the_codes_own_save_writes(zoo_folde
 
 
 def test_a_process_that_forks_scans_does_a_first_scans_work_once_and_silently(capsys):
-    """``_warm.warm`` (run before a fleet, a native sweep or a matrix worker forks) scans a built-in model once: the
+    """``warm`` (run before a fleet, a native sweep or a matrix worker forks) scans a built-in model once: the
     modules a scan imports inside functions are imported, transformers' conversion table (~1000 patterns compiled on a
     5.x process's first load) is built, every workaround's failure pattern compiled; nothing is printed and nothing
     reaches a listener. A child then inherits all of it: measured ~75 ms a model on 2 cores."""
     import sys
 
-    from loadguard import _observers
-    from loadguard._warm import warm
+    from loadguard._infra import observers as _observers
+    from loadguard._scan.warmup import warm
     from loadguard.workarounds import _registry
 
     heard = []
@@ -442,7 +442,7 @@ def test_a_process_that_forks_scans_does_a_first_scans_work_once_and_silently(ca
         stop()
     out = capsys.readouterr()
     assert out.out == "" and out.err == "" and heard == []
-    assert {"loadguard._origins", "loadguard.selfcheck", "loadguard._where", "loadguard.loading_info"} <= set(sys.modules)
+    assert {"loadguard._hf.origins", "loadguard._scan.selfcheck", "loadguard._audit.where", "loadguard._hf.loading_info"} <= set(sys.modules)
     patterns = {s.pattern for w in _registry.all_workarounds() for s in w.fixes}
     assert patterns and _registry._regex.cache_info().currsize >= len(patterns)
     if IS_V5:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import loadguard
-from loadguard import selfcheck
+from loadguard._scan import selfcheck
 from loadguard.errors import ScanError
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION

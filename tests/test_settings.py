@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from loadguard._settings import load
+from loadguard._infra.settings import load
 from loadguard.errors import InvalidOptionError
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadguard._text import cell, visible
+from loadguard._infra.text import cell, visible
 from loadguard.formats import Row, render_rows
 from loadguard.formats.github import summary
 from loadguard.report import Finding

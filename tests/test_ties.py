@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from loadguard import ties
+from loadguard._hf import ties
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION
 

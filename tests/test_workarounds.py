@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import loadguard
+from loadguard import _audit
 from loadguard import workarounds as registry
 from loadguard import zoo
 from loadguard.compare import check_logprobs_close, check_outputs_equal
@@ -69,7 +70,7 @@ def test_pos_cache_on_a_model_without_a_resampler_errors(zoo_folder):
     model = load(zoo_folder("minicpmv_like"))
     del model.resampler
     with pytest.raises(WorkaroundError, match="found nothing to fix"):
-        registry.after_load(model, registry.resolve(["minicpmv-pos-cache"]))
+        _audit.after_load(model, registry.resolve(["minicpmv-pos-cache"]))
 
 
 def test_applied_and_fixed_nothing_is_an_error(zoo_folder):
@@ -83,7 +84,7 @@ def test_applied_and_fixed_nothing_is_an_error(zoo_folder):
         if not IS_V5:
             pytest.skip(f"transformers {TRANSFORMERS_VERSION} leaves nothing broken to fix")
         with pytest.raises(WorkaroundError, match="test-does-nothing applied to .* and fixed nothing"):
-            registry.after_load(model, registry.resolve(["test-does-nothing"]))
+            _audit.after_load(model, registry.resolve(["test-does-nothing"]))
     finally:
         registry.REGISTRY.pop("test-does-nothing")
 

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from loadguard import poison, zoo
+from loadguard import poison
+from loadguard import zoo
 from loadguard.errors import FolderNotEmptyError, InvalidOptionError, UnknownZooEntryError
 
 from loadguard.zoo._tokenizer import SPECIAL_TOKENS
@@ -200,11 +201,11 @@ def test_minicpmv_like_as_loaded_writes_garbage(zoo_folder):
 def test_entry_fails_to_load_like_the_real_one(zoo_folder, name):
     from transformers import AutoModelForCausalLM
 
-    from loadguard import _hf
+    from loadguard import workarounds
 
     entry = zoo.get(name)
     folder = zoo_folder(name)
-    _hf.forget_remote_code(folder)
+    workarounds.forget_remote_code(folder)
     if entry.load_error is None:  # every thing its code needs is back in these versions: a plain load works
         model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
         assert type(model).__name__ == zoo.build_model(name).__class__.__name__

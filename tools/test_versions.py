@@ -30,7 +30,7 @@ README_WORKAROUNDS = ("auto", "minicpmv-pos-cache")
 def default_versions() -> list[str]:
     from packaging.version import Version
 
-    from loadguard import envs
+    from loadguard._infra import envs
 
     released = [Version(v) for v in envs.released_versions(">=5")]
     last_patch: dict[tuple[int, int], Version] = {}
@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from loadguard import selfcheck, zoo
-    from loadguard.matrix import matrix
-    from loadguard.cli.matrix import _markdown
+    from loadguard._scan import selfcheck
+    from loadguard import zoo
+    from loadguard._matrix.matrices import matrix
+    from loadguard.cli._matrix_outputs import matrix_markdown
 
     versions = args.versions.split(",") if args.versions else default_versions()
     names = args.models.split(",") if args.models else [e.name for e in zoo.entries()]
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells=tuple(c for c in scanned.cells if c.model in shown),
                 workarounds=tuple(w for w in README_WORKAROUNDS if w != "auto"),
             )
-            table = _markdown(subset).replace(str(Path(workdir)) + "/", "")
+            table = matrix_markdown(subset).replace(str(Path(workdir)) + "/", "")
     print("## Before you bump transformers (scan; the full audits agree cell for cell)\n")
     if table:
         print(table + "\n")

@@ -18,28 +18,26 @@ Detect, explain, repair, prove::
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING
 
-# Public names -> the module that defines them. Imported on first use, so `import loadguard` (and the
-# pytest plugin, which every pytest run in an environment with loadguard loads) costs no torch import.
+# Public names -> the room (or module) that offers them. Imported on first use, so `import loadguard` (and the pytest
+# plugin, which every pytest run in an environment with loadguard loads) costs no torch import.
 _EXPORTS = {
-    "audit": "audit",
-    "fix": "fix",
-    "FixResult": "fix",
+    "audit": "_audit",
+    "fix": "_fix",
+    "FixResult": "_fix",
     "BrokenModelError": "errors",
     "LoadguardError": "errors",
     "LoadguardWarning": "errors",
-    "load": "load",
-    "poison": "poison",
-    "repair": "repair",
-    "scan": "scan",
-    "scan_many": "fleet",
-    "matrix": "matrix",
+    "load": "_audit",
+    "poison": "_hf",
+    "repair": "_audit",
+    "scan": "_scan",
+    "scan_many": "_scan",
+    "matrix": "_matrix",
     "Row": "formats",
-    "TraceResult": "runner.trace",
-    "trace": "runner.trace",
+    "TraceResult": "runner",
+    "trace": "runner",
     "WorkaroundOutcome": "workarounds",
     "workaround": "workarounds",
     "AuditReport": "report",
@@ -48,37 +46,20 @@ _EXPORTS = {
     "RepairResult": "report",
     "Unrepaired": "report",
 }
-_SUBMODULES = ("checks", "checkpoint", "compare", "envs", "errors", "formats", "inventory", "reference", "report", "runner", "workarounds", "zoo")
-# ("scan" is a verb: loadguard.scan is the function, as loadguard.audit is; so is loadguard.matrix)
+# the public modules, reachable as attributes of the package once it is imported
+_SUBMODULES = ("compare", "errors", "executors", "formats", "report", "runner", "workarounds", "zoo")
 
 if TYPE_CHECKING:
-    from .audit import audit
-    from .fix import FixResult, fix
-    from .errors import BrokenModelError, LoadguardError
-    from .errors import LoadguardWarning
-    from .load import load
-    from .poison import poison
-    from .repair import repair
-    from .scan import scan
-    from .fleet import scan_many
-    from .matrix import matrix
+    from ._audit import audit, load, repair
+    from ._fix import FixResult, fix
+    from ._hf import poison
+    from ._matrix import matrix
+    from ._scan import scan, scan_many
+    from .errors import BrokenModelError, LoadguardError, LoadguardWarning
     from .formats import Row
     from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
-    from .runner.trace import TraceResult, trace
+    from .runner import TraceResult, trace
     from .workarounds import WorkaroundOutcome, workaround
-
-
-class _Package(types.ModuleType):
-    """Keeps ``loadguard.audit`` (and load, poison, repair) the public function even after the submodule of
-    the same name is first imported, when the import system would bind the submodule in its place."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

@@ -94,9 +94,9 @@ def _matched_prefix(ids_0: Sequence[int], ids_1: Sequence[int]) -> int:
 
 
 def _notify(kind: str, outputs_0_lst, outputs_1_lst, result: ComparisonResult, tolerance: float | None) -> None:
-    from . import _observers
+    from ._infra import observers
 
-    _observers.notify("compare", kind=kind, outputs_0=outputs_0_lst, outputs_1=outputs_1_lst, result=result, tolerance=tolerance)
+    observers.notify("compare", kind=kind, outputs_0=outputs_0_lst, outputs_1=outputs_1_lst, result=result, tolerance=tolerance)
 
 
 def _raise_if_failed(result: ComparisonResult) -> ComparisonResult:

@@ -6,6 +6,7 @@ All derive from :class:`LoadguardError`, whose ``hint`` is the next step for the
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 
@@ -54,6 +55,16 @@ def hint_for(error: LoadguardError, how: str = "cli") -> str:
     if isinstance(error, EagerAttentionNeededError):
         return eager_hint(how)
     return error.hint
+
+
+def command_line(command: str, path: str, *, trust_remote_code: bool = False, workarounds=(), extra: tuple[str, ...] = ()) -> str:
+    """The ``loadguard`` command a hint suggests, with the loading flags the user ran with, quoted to paste."""
+    words = ["loadguard", *command.split(), path]
+    if trust_remote_code:
+        words.append("--trust-remote-code")
+    for name in workarounds:
+        words += ["--workaround", name]
+    return shlex.join([*words, *extra])
 
 
 class UnknownZooEntryError(LoadguardError, KeyError):
@@ -161,4 +172,4 @@ class ExecutorError(LoadguardError):
 
 
 class LoadguardWarning(UserWarning):
-    """Issued by ``load(on_problem="warn")`` when a model loaded broken (also ``loadguard.load.LoadguardWarning``)."""
+    """Issued by ``load(on_problem="warn")`` when a model loaded broken (also ``loadguard.errors.LoadguardWarning``)."""

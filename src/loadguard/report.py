@@ -1,13 +1,80 @@
-"""The results: findings, audit reports and repair results. Frozen data that serializes to JSON."""
+"""The results and their vocabulary: findings, audit reports and repair results (frozen data that serializes to JSON),
+and every status and kind a result can carry, decided here once (the checks produce them, the report and the
+front ends ask whether one fails; nothing else spells one as a string)."""
 
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from .statuses import is_failing
+
+class Status(str, Enum):
+    """What a finding says of a tensor."""
+
+    OK = "ok"
+    UNINITIALIZED = "uninitialized"
+    MISMATCH = "mismatch"
+    ON_META = "on_meta"
+    OVERWRITTEN = "overwritten"
+    UNVERIFIABLE = "unverifiable"
+    INITIALIZED = "initialized"
+    """Not loaded, on request or as transformers reports (a key missing from the checkpoint, a size mismatch
+    ignored with ``ignore_mismatched_sizes``), and holding a real value: initialized by the model's code. Reported,
+    never failing."""
+
+
+class Check(str, Enum):
+    NON_PERSISTENT_BUFFER = "non_persistent_buffer"
+    CHECKPOINT_FIDELITY = "checkpoint_fidelity"
+    MISSING_KEY = "missing_key"
+    META_LEFTOVER = "meta_leftover"
+    TIED_WEIGHTS = "tied_weights"
+
+
+FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})
+
+def is_failing(status: str | Status) -> bool:
+    return Status(status) in FAILING_STATUSES
+
+
+class WorkaroundStatus(str, Enum):
+    """What became of a workaround in one load (or, ``needed``, in a scan's prediction)."""
+
+    APPLIED = "applied"
+    STALE = "stale"
+    NOT_APPLICABLE = "not_applicable"
+    NEEDED = "needed"
+
+
+class FixStatus(str, Enum):
+    """What ``loadguard.fix`` achieved (see :class:`loadguard.FixResult`)."""
+
+    FIXED = "fixed"
+    PARTLY = "partly"
+    NOT_FIXED = "not_fixed"
+    CLEAN = "clean"
+    UNVERIFIED = "unverified"
+
+
+class ChangeKind(str, Enum):
+    """The kind of one edit ``loadguard fix`` makes to a model's code."""
+
+    RECOMPUTE = "recompute"
+    KEEP_ARGUMENTS = "keep_arguments"
+    GUARD_OVERWRITES = "guard_overwrites"
+    WORKAROUND = "workaround"
+
+
+class CellStatus(str, Enum):
+    """One model under one transformers version in a matrix."""
+
+    CLEAN = "clean"
+    FINDINGS = "findings"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import click
 from ..errors import LoadguardError
 from ._options import SuggestingGroup
 from ._common import SETTINGS, ExitCode, machine_output, note, pin_directory, report_error, stderr
-from .._text import Markup, styled
+from .._infra import Markup, styled
 
 
 class _LazyGroup(SuggestingGroup):
@@ -90,7 +90,7 @@ def _hoist_globals(arguments: list[str]) -> tuple[list[str], dict]:
 
 def _defaults(project) -> dict:
     """click's default_map from ``[tool.loadguard]``: what the table sets, for each command that has the option."""
-    from .._settings import default_map
+    from .._infra import settings
 
     if not project.values:
         return {}
@@ -101,7 +101,7 @@ def _defaults(project) -> dict:
             commands[name] = {p.name for p in command.params}
             fmt = next((p for p in command.params if p.name == "fmt"), None)
             formats[name] = tuple(getattr(fmt.type, "choices", ())) if fmt is not None else ()
-    return default_map(project, commands, formats)
+    return settings.default_map(project, commands, formats)
 
 
 @contextlib.contextmanager
@@ -151,7 +151,7 @@ def _end_by(stop) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .._procs import Terminated, signals_raise
+    from .._infra import Terminated, signals_raise
 
     try:
         with signals_raise():
@@ -163,14 +163,14 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str] | None) -> None:
     pin_directory()
     debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
-    arguments, settings = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
-    verbose = settings["verbose"]
+    arguments, flags = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    verbose = flags["verbose"]
     try:
-        from .._settings import load as load_settings
+        from .._infra import settings
 
-        project = load_settings()  # [tool.loadguard]: defaults; the command line overrides them
-        settings["color"] = settings["color"] or project.get("color")
-        SETTINGS.update(settings if settings["color"] in ("auto", "always", "never") else {**settings, "color": "auto"})
+        project = settings.load()  # [tool.loadguard]: defaults; the command line overrides them
+        flags["color"] = flags["color"] or project.get("color")
+        SETTINGS.update(flags if flags["color"] in ("auto", "always", "never") else {**flags, "color": "auto"})
         with machine_output(_machine_format(arguments, project.get("format"))), _warnings_kept(verbose):
             code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False, default_map=_defaults(project))
     except LoadguardError as error:

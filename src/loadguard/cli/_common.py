@@ -14,7 +14,8 @@ import click
 
 from ._consoles import NON_TTY_WIDTH, SETTINGS, SafeConsole, stderr, stdout  # noqa: F401  (the commands import them from here)
 from ._options import workarounds_from_option
-from .._text import styled
+from .._infra import styled
+from .. import _audit
 
 
 class ExitCode(IntEnum):
@@ -115,7 +116,7 @@ def set_verbose(verbose: bool) -> None:
 
 def quiet_transformers(downloads: bool = False) -> bool:
     """Our output, not transformers' progress bars and load reports (``--verbose`` keeps them: warnings and up). A
-    finding that one of its warnings explains quotes it anyway (:mod:`loadguard._noise` hears them either way).
+    finding that one of its warnings explains quotes it anyway (:mod:`loadguard._hf.noise` hears them either way).
     ``downloads``: a Hub id's files are about to be fetched: on a terminal (and not ``--quiet``) the download shows its
     progress bar. Returns whether it will."""
     import transformers
@@ -139,7 +140,7 @@ def quiet_transformers(downloads: bool = False) -> bool:
 @contextlib.contextmanager
 def progress(message: str, after: float = 1.0):
     """A spinner on stderr (a single line when stderr is not a terminal) if the block lasts over ``after`` s."""
-    from .._text import visible
+    from .._infra import visible
 
     console = stderr()
     state: dict[str, Any] = {}
@@ -253,12 +254,12 @@ def load_model(
     """Load as a user would, with a progress indicator; every failure is a typed LoadguardError.
 
     Returns (model, outcomes of the before_import workarounds among ``workarounds``)."""
-    from .._preflight import read_config
+    from .._files import read_config
 
     read_config(path, trust_remote_code)  # a wrong path, config or trust answered before torch is imported
     from .. import _hf
     from ..errors import InvalidOptionError
-    from ..load import load_unaudited
+    from .._audit import load_unaudited
 
     _hf.check_device(device)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": dtype, **(placement or {})}
@@ -266,7 +267,7 @@ def load_model(
         if "device_map" in kwargs:
             raise InvalidOptionError("--device and --device-map both say where the model goes", "keep one: --device-map subsumes --device")
         kwargs["device_map"] = device
-    from .._hub import is_hub_id
+    from .._files import is_hub_id
 
     downloading = quiet_transformers(downloads=is_hub_id(str(path)) and not os.path.exists(path))
     # a download draws its own bar on the terminal: no spinner over it (its output redirection would hide the bar)
@@ -282,7 +283,7 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
     """What ``compare`` and ``trace`` share: the prompts and images (given, else the zoo entry's, else a
     built-in set) and a runner around the model loaded as a user would, with its processor and tokenizer."""
     from ..runner import HfRunner, default_cases
-    from ..runner.hf_runner import load_processing
+    from ..runner import load_processing
 
     if prompts:
         prompt_list = list(prompts)
@@ -296,23 +297,11 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
     model, early = load_model(path, **load_options)
     chosen = registry.resolve(load_options.get("workarounds", ()))
     strict = load_options.get("strict_stale", False)
-    late = registry.after_load(model, chosen, strict=strict)
+    late = _audit.after_load(model, chosen, strict=strict)
     processor, tokenizer = load_processing(path, load_options["trust_remote_code"])
     runner = HfRunner.from_model(model, processor, tokenizer, workarounds=[w.name for w in chosen if w.stage == "runner"])
     runner.workarounds = early + late + runner.workarounds
     return prompt_list, images, runner
-
-
-def command_line(command: str, path: str, *, trust_remote_code: bool = False, workarounds=(), extra: tuple[str, ...] = ()) -> str:
-    """The ``loadguard`` command a hint suggests, with the loading flags the user ran with, quoted to paste."""
-    import shlex
-
-    words = ["loadguard", *command.split(), path]
-    if trust_remote_code:
-        words.append("--trust-remote-code")
-    for name in workarounds:
-        words += ["--workaround", name]
-    return shlex.join([*words, *extra])
 
 
 def read_images(paths):

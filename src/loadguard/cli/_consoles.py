@@ -24,14 +24,14 @@ def _colors() -> dict[str, Any]:
 
 class SafeConsole(Console):
     """The edge every human-facing line goes through (tables, Error/Hint, notes, progress): each string rendered is
-    shown with its control characters escaped (:func:`loadguard._text.visible`: ``\\x1b``, ``\\n``), so no name,
+    shown with its control characters escaped (:func:`loadguard._infra.text.visible`: ``\\x1b``, ``\\n``), so no name,
     config value or message a model controls can move the cursor, retitle or clear a terminal, or start a line (a GitHub
     workflow command, a forged ``Error:``); and no link escape sequence (OSC 8) is written. A line of our own is one
-    ``print``: several lines are several prints. Style tags are read only in :class:`loadguard._text.Markup` (see
-    :func:`loadguard._text.styled`): a model's ``[red]`` or a help's ``[default: table]`` is shown as written."""
+    ``print``: several lines are several prints. Style tags are read only in :class:`loadguard._infra.text.Markup` (see
+    :func:`loadguard._infra.text.styled`): a model's ``[red]`` or a help's ``[default: table]`` is shown as written."""
 
     def render_str(self, text: str, **kwargs):
-        from .._text import Markup, unlinked, visible
+        from .._infra import Markup, unlinked, visible
 
         kwargs["markup"] = isinstance(text, Markup)  # tags are read in our own markup only: any other text is shown as written
         return unlinked(super().render_str(visible(text), **kwargs))

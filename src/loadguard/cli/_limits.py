@@ -1,5 +1,5 @@
 """``--timeout`` and ``--memory-limit`` for the commands that run one model's code in this process (audit, compare,
-trace): given either, the command's work runs in a child forked for it (:mod:`loadguard._forks`), which is killed past
+trace): given either, the command's work runs in a child forked for it (:mod:`loadguard._infra.forks`), which is killed past
 the limit; the child prints its own output, the parent says which limit stopped it. Neither given: no child, no limit
 (the default, as a plain ``from_pretrained`` has none)."""
 
@@ -18,7 +18,7 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
     """``--memory-limit``: bytes one model's scan may add to the process it is forked from. ``auto``: in a fleet, 80% of
     this machine's memory shared among the ``jobs`` running at once (a fleet never swaps the machine to death); one
     model, in this process: none. ``none``: no limit."""
-    from .._forks import resident
+    from .._infra import resident
     from ..errors import InvalidOptionError
 
     value = text.strip().lower()
@@ -33,7 +33,7 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
         except (ValueError, OSError):
             return None
         return int(total * 0.8 / max(1, jobs))
-    from .._sizes import parse_size
+    from .._infra import parse_size
 
     size = parse_size(text)
     if size is None:
@@ -63,16 +63,16 @@ def limits_options(command):
 
     @functools.wraps(command)
     def limited(*args, timeout=None, memory=None, **kwargs):
-        from .. import _forks
+        from .._infra import forks
         from ..errors import InvalidOptionError, LoadguardError
         limit = memory_limit(memory, 1, fleet=False) if memory else None
         if timeout is None and limit is None:
             return command(*args, **kwargs)
-        if not _forks.available():
+        if not forks.available():
             raise InvalidOptionError("--timeout and --memory-limit need os.fork, which this system lacks", "leave them out")
         import transformers  # noqa: F401  (imported here, once, not in the child)
 
-        (outcome,) = _forks.run(lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit)
+        (outcome,) = forks.run(lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit)
         if outcome.ok:
             return outcome.value
         which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)

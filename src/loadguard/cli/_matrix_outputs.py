@@ -7,13 +7,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .._text import cell
-from .._text import styled
+from .._infra import cell
+from .._infra import styled
 
 
 def _cell_text(cell) -> str:
     from ..report import failing as failing_findings
-    from ..render import collapse_names
+    from ._render import collapse_names
 
     if cell.status == "unavailable":
         return f"not installable here: {cell.error}"
@@ -28,7 +28,7 @@ def _cell_text(cell) -> str:
     return ", ".join(names)
 
 
-def _markdown(matrix) -> str:
+def matrix_markdown(matrix) -> str:
     header = "| model | " + " | ".join(f"transformers {v}" for v in matrix.versions) + " |"
     lines = [header, "|---" * (len(matrix.versions) + 1) + "|"]
     for model in matrix.models:
@@ -83,7 +83,7 @@ class Cells:
         return self.result.to_dict()
 
     def markdown(self) -> str:
-        return _markdown(self.result)
+        return matrix_markdown(self.result)
 
     def rows(self) -> list:
         return cell_rows(self.result)
@@ -122,9 +122,9 @@ class Changes:
         return {"before": self.before, "after": self.after, "changes": [c.to_dict() for c in self.changes], "matrix": self.result.to_dict()}
 
     def markdown(self) -> str:
-        from ..matrix_diff import markdown
+        from .._matrix import changes_markdown
 
-        return markdown(self.changes)
+        return changes_markdown(self.changes)
 
     def rows(self) -> list:
         from ..formats import Row
@@ -191,7 +191,7 @@ class NativeChanges:
         return self.diff.to_dict()
 
     def markdown(self) -> str:
-        from .. import matrix_native
+        from .._matrix import native as matrix_native
 
         return matrix_native.markdown(self.diff)
 

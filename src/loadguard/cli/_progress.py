@@ -10,7 +10,7 @@ from ._common import SETTINGS, stderr
 @contextlib.contextmanager
 def fleet_progress(total: int):
     """A progress bar on stderr for a fleet of ``total`` models, when stderr is a terminal and not ``--quiet`` (a CI
-    log gets none); yields ``advance(index, outcome)`` for :func:`loadguard._forks.run`'s ``on_done``."""
+    log gets none); yields ``advance(index, outcome)`` for :func:`loadguard._infra.forks.run`'s ``on_done``."""
     console = stderr()
     if SETTINGS["quiet"] or not console.is_terminal or total < 2:
         yield lambda index, outcome: None

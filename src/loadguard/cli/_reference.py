@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import command_line, progress
-from .._text import styled
+from ._common import progress
+from ..errors import command_line
+from .._infra import styled
 
 
 def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, dtype: str, workarounds):
@@ -37,7 +38,7 @@ def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_co
     :class:`loadguard.runner.crash.BrokenRun`, the audit's wrong tensors nearest it); one the reference has too is
     the model's own, and the command cannot run (:class:`ModelRunError`). None when the loaded model did not crash."""
     from ..errors import ModelRunError
-    from ..runner.crash import explain
+    from ..runner import explain
 
     if reference_crash is not None:
         raise ModelRunError(

@@ -16,7 +16,9 @@ from ._limits import limits_options
 from ._common import ExitCode, SCHEMA_VERSION, load_model, loading_options, stderr
 from ._output import write
 from ._options import format_option
-from .._text import Markup, styled
+from .._infra import Markup, styled
+from .. import _files
+from .. import _audit
 
 
 @click.command()
@@ -47,11 +49,11 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     except LoadguardError as error:  # a machine format still gets its document: this model, not checked, and why
         write(fmt, _NotLoaded(str(path), error))
         raise
-    from .. import repair as run_repair
+    from .._audit import repair as run_repair
     from .. import workarounds as registry
 
     # the model as loaded is what the exit code and `ok` describe
-    report, after_workarounds = registry.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
+    report, after_workarounds = _audit.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
     rows = apply_baseline([Row.from_report(report, str(path))], baseline_file, write_baseline)
     if rows is None:
         return ExitCode.CLEAN
@@ -84,7 +86,7 @@ class _Audited:
     command = "audit"
 
     def document(self) -> dict:
-        from ..render import report_json
+        from ._render import report_json
 
         after = self.after_workarounds
         extra = {"after_workarounds": None if after is None else {"ok": after.ok, "findings": [f.to_dict() for f in after.findings]}}
@@ -97,7 +99,7 @@ class _Audited:
         return [Row.from_report(self.report, self.path)]
 
     def table(self, out, err) -> None:
-        from ..render import next_step, print_report
+        from ._render import next_step, print_report
 
         print_report(out, self.report, self.repaired)
         if self.after_workarounds is not None:
@@ -135,9 +137,9 @@ def _write_reproducers(model, report, folder, path, auto_class, trust_remote_cod
     import transformers
 
     from .. import _hf
-    from ..reproducer import write_reproducers
+    from .._audit import write_reproducers
 
-    cls = _hf.resolve_class(auto_class, _hf.read_config(path, trust_remote_code))
+    cls = _hf.resolve_class(auto_class, _files.read_config(path, trust_remote_code))
     name = cls.__name__ if hasattr(transformers, cls.__name__) else "AutoModel"
     kwargs = {"trust_remote_code": trust_remote_code, **({"dtype": dtype} if dtype not in (None, "auto") else {}), **placement}
     applied = [w.name for w in early if w.status == "applied"]
@@ -146,7 +148,7 @@ def _write_reproducers(model, report, folder, path, auto_class, trust_remote_cod
         stderr().print(f"wrote {script} (python {script}: exit 1 while it is wrong)", highlight=False)
     from pathlib import Path
 
-    from .._upstream import upstream_patch
+    from .._fix import upstream_patch
 
     diff = upstream_patch(model, report)  # what transformers' own classes leave wrong, fixed where transformers would
     if diff:

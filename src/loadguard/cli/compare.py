@@ -8,11 +8,12 @@ from typing import Any
 import click
 
 from ._limits import limits_options
-from ._common import ExitCode, cases_and_runner, command_line, loading_options
+from ._common import ExitCode, cases_and_runner, loading_options
+from ..errors import command_line
 from ._output import write
 from ._options import format_option
 from ._reference import Crashed, attribute_crash, reference_runner, run_row
-from .._text import styled
+from .._infra import styled
 
 
 @click.command()
@@ -28,12 +29,12 @@ from .._text import styled
 def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, strict_repair, fmt):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ (or A raises where B runs), 2 could not run."""
-    from .._preflight import read_config
+    from .._files import read_config
 
     read_config(path, trust_remote_code)  # answered before torch is imported
-    from .. import audit, repair
+    from .._audit import audit, repair
     from ..compare import check_logprobs_close
-    from ..runner.crash import guarded
+    from ..runner import guarded
 
     prompt_list, images, runner = cases_and_runner(
         path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, placement=placement,

@@ -15,16 +15,16 @@ from ._options import format_option
 def config(fmt):
     """Print the effective [tool.loadguard] configuration (the nearest pyproject.toml that has the table), each value with
     where it came from. Command-line flags override every value."""
-    from .._settings import KEYS, load
+    from .._infra import settings
 
-    settings = load()
-    rows = [{"key": key, "value": settings.get(key), "source": settings.origin(key), "sets": KEYS[key][2]} for key in KEYS]
+    project = settings.load()
+    rows = [{"key": key, "value": project.get(key), "source": project.origin(key), "sets": settings.KEYS[key][2]} for key in settings.KEYS]
     if fmt == "json":
-        emit(json.dumps({"file": str(settings.source) if settings.source else None, "settings": rows}, indent=2))
+        emit(json.dumps({"file": str(project.source) if project.source else None, "settings": rows}, indent=2))
         return 0
     from rich.table import Table
 
-    table = Table(header_style="bold", title=f"loadguard configuration ({settings.source or 'no [tool.loadguard] table found: defaults'})")
+    table = Table(header_style="bold", title=f"loadguard configuration ({project.source or 'no [tool.loadguard] table found: defaults'})")
     for column in ("key", "value", "from", "sets"):
         table.add_column(column)
     for row in rows:

@@ -7,7 +7,7 @@ import tempfile
 import click
 
 from ._common import ExitCode, quiet_transformers, stderr, stdout
-from .._text import Markup, styled
+from .._infra import Markup, styled
 
 RULE_WIDTH = 100
 """Section rules span a terminal, at most this many columns (never the unbounded width of a log)."""
@@ -36,11 +36,12 @@ def demo(poison):
     from rich.table import Table
     from transformers import AutoModelForCausalLM, AutoProcessor
 
-    from .. import _hf, audit, repair, zoo
+    from .. import _hf, zoo
+    from .._audit import audit, repair
     from ..errors import LoadguardError, hint_for
-    from ..load import load_unaudited
-    from ..render import detail_lines, findings_table
-    from ..zoo._images import demo_images
+    from .._audit import load_unaudited
+    from ._render import detail_lines, findings_table
+    from ..zoo import demo_images
 
     quiet_transformers()
     out = stdout()

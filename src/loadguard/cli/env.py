@@ -49,7 +49,7 @@ def self_test() -> dict:
         from transformers import AutoModelForCausalLM
 
         from .. import zoo
-        from ..poison import poison
+        from .._hf import poison
 
         quiet_transformers()
         with tempfile.TemporaryDirectory() as folder:

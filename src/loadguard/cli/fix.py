@@ -39,12 +39,12 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
     Exit code 0: fixed (or nothing to fix); 1: something is left for a person, or a proof failed; 2: could not run;
     3: a fleet where some models could not be fixed.
     """
-    from .scan import _targets
+    from .scan import model_targets
 
-    targets = _targets(paths, from_file)
+    targets = model_targets(paths, from_file)
     chosen = list(workarounds) or ["auto"]
     if len(targets) == 1 and not from_file:
-        from .._preflight import missing
+        from .._files import missing
 
         refused = missing(targets[0])  # answered before torch is imported
         if refused is not None:
@@ -82,7 +82,7 @@ def _prepare() -> None:
     """Before a fleet's children are forked: torch, transformers and the fix imported once."""
     import transformers  # noqa: F401
 
-    from .. import fix as _fix_module  # noqa: F401
+    from .._fix import fix as _fix_module  # noqa: F401
 
     quiet_transformers()
 
@@ -101,8 +101,8 @@ def _fix_item(item: tuple) -> Any:
 
 
 def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool):
-    from .._fix_files import model_folder
-    from ..fix import fix as run_fix
+    from .._fix import model_folder
+    from .._fix import fix as run_fix
 
     folder = model_folder(target)
     quiet_transformers()
@@ -133,7 +133,7 @@ class _Fixed:
         return documents[0] if len(documents) == 1 else documents
 
     def markdown(self) -> str:
-        from .._fix_files import notes
+        from .._fix import notes
 
         return "\n\n".join(notes(r) if not isinstance(r, _Failed) else f"# {r.model}\n\ncould not run: {r.to_dict()['error']['message']}\n" for r in self.results)
 
@@ -152,7 +152,7 @@ class _Fixed:
 
 
 def _print_one(result, out, err) -> None:
-    from .._text import Markup, styled
+    from .._infra import Markup, styled
 
     headline = {"fixed": "[bold green]fixed[/]", "partly": "[bold yellow]partly fixed[/]", "not_fixed": "[bold red]not fixed[/]",
                 "clean": "[bold green]clean[/]: the load was right, nothing to change", "unverified": "[bold yellow]written, not proven[/]"}

@@ -3,23 +3,22 @@ and which workarounds each version still needs."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import click
 
 from ._common import ExitCode, progress, stderr
-from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, _markdown, cell_rows  # noqa: F401  (_markdown, cell_rows: tools)
+from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, matrix_markdown, cell_rows  # noqa: F401  (matrix_markdown, cell_rows: tools)
 from ._output import write
 from ._options import executor_option, format_option, workarounds_from_option
-from .._text import Markup
+from .._infra import Markup
 
 _SPECIFIER = set("<>=!~*")
 
 
 def versions_from(text: str, max_versions: int | None) -> list[str]:
     """``4.57.6,5.24.0`` (exact versions) or a specifier (``>=5,<5.25``) expanded from the package index."""
-    from .. import envs
+    from .._infra import envs
 
     versions: list[str] = []
     for part in [p.strip() for p in text.split(",") if p.strip()] if not (set(text) & _SPECIFIER) else [text]:
@@ -61,7 +60,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     Exit 0: every cell clean; 1: findings; 2: could not run; 3: partial (a model could not be scanned under some
     version: its cell says why).
     """
-    matrix_module = importlib.import_module("loadguard.matrix")  # loadguard.matrix is the function
+    from .._matrix import matrices as matrix_module
     from ..errors import InvalidOptionError
     from ..formats import EMITTED
     from ._limits import memory_limit
@@ -76,7 +75,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     files = [str(Path(f).resolve()) for f in workarounds_from]
     limits = {"timeout": timeout, "memory_limit": memory_limit(memory, jobs, fleet=True)}  # for every cell
     if bisect:
-        options = matrix_module._options(trust_remote_code, workarounds, files, auto_class, "" if full else keys)
+        options = matrix_module.cell_options(trust_remote_code, workarounds, files, auto_class, "" if full else keys)
         results = []
         for model in paths:
             with progress(f"Bisecting {model} between transformers {bisect[0]} and {bisect[1]}", after=0.5):
@@ -136,7 +135,7 @@ def _resumed_matrix(matrix_module, path: str, models: list[str], versions: list[
 
 def _diff(result, before: str, after: str, fmt: str) -> int:
     """``--diff A B``: a row per model, its verdict under A and under B and how it moved."""
-    from ..matrix_diff import diff
+    from .._matrix import diff
 
     changes = diff(result, before, after)
     write(fmt, Changes(result, before, after, tuple(changes)))
@@ -148,7 +147,7 @@ def _diff(result, before: str, after: str, fmt: str) -> int:
 
 
 def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor=None, timeout=300.0, memory="auto") -> int:
-    from .. import matrix_native
+    from .._matrix import native as matrix_native
     from ..errors import InvalidOptionError
 
     if paths:

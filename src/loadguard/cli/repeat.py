@@ -21,7 +21,7 @@ import tempfile
 
 import click
 
-from .. import _procs
+from .._infra import procs
 from ._common import ExitCode, emit, progress, stderr, stdout
 from ._options import format_option
 
@@ -131,7 +131,7 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
                 command += ["-n", str(batch), "--dist", "each"]
             label = f"run {len(runs) + 1} of {count}" if batch == 1 else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"
             with progress(label, after=0.0 if fmt == "table" and stderr().is_terminal else 1e9):
-                completed = subprocess.run(command, capture_output=True, text=True, **_procs.subprocess_options())
+                completed = subprocess.run(command, capture_output=True, text=True, **procs.subprocess_options())
             new = []
             if os.path.exists(record):
                 with open(record) as handle:

@@ -1,7 +1,7 @@
 """``loadguard scan PATH_OR_HUB_ID...``: predict what loading would get wrong, without weights; one model or a fleet.
 
 Each model (one, or a fleet: several, or ``--from FILE``) runs in a child forked for it alone from this process, which
-has imported torch, transformers and loadguard once (:mod:`loadguard._forks`, the pool the matrix uses too), so one
+has imported torch, transformers and loadguard once (:mod:`loadguard._infra.forks`, the pool the matrix uses too), so one
 model's remote code cannot leak into the next, a model costs its scan, not another import, and a model's code that
 hangs or grows is stopped: ``--jobs`` at a time, ``--timeout`` and ``--memory-limit`` per model.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ..fleet import DEFAULT_TIMEOUT, _result, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
+from .._scan import DEFAULT_TIMEOUT, scan_row, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
 from ._baseline import apply_baseline, baseline_options
 from ._limits import memory_limit  # noqa: F401  (tests and tools import it from here)
 from ._common import ExitCode, SCHEMA_VERSION, quiet_transformers, stderr, stdout
@@ -21,12 +21,12 @@ from ._output import write
 from ._resume import resumed
 from ._options import executor_option, format_option, workarounds_from_option
 from ._progress import fleet_progress
-from .._text import Markup, styled
+from .._infra import Markup, styled
 
 
 
 
-def _targets(paths, from_file) -> list[str]:
+def model_targets(paths, from_file) -> list[str]:
     from ..errors import InvalidOptionError
 
     targets = list(paths)
@@ -64,7 +64,7 @@ def _verdict(row: dict) -> str:
 
 
 def _tensors(row: dict, limit: int = 4) -> str:
-    from ..render import collapse_names
+    from ._render import collapse_names
 
     if not row["scanned"]:
         return row["error"]
@@ -79,7 +79,7 @@ def _workarounds(row: dict) -> str:
 
 
 def _markdown(rows: list[dict]) -> str:
-    from .._text import cell
+    from .._infra import cell
 
     lines = ["| model | class | verdict | what a load gets wrong (predicted) | workarounds / hint |", "|---|---|---|---|---|"]
     for row in rows:
@@ -133,7 +133,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
 
     if native:
         return _native(paths or from_file, match, tasks, fmt, jobs, timeout, memory_limit(memory, jobs, fleet=True), executor)
-    targets = _targets(paths, from_file)
+    targets = model_targets(paths, from_file)
     fleet = len(targets) > 1 or bool(from_file)
     limit = memory_limit(memory, jobs, fleet)
     placement = parse_placement(device_map, max_memory, offload_folder)
@@ -149,7 +149,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
         "revision": revision,
         "assume_checkpoint": assume,
     }
-    from .. import _forks
+    from .._infra import forks
 
     if resume_file:
         def run(todo, write):
@@ -157,8 +157,8 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
 
         rows = resumed(resume_file, targets, lambda row: row["model"] if isinstance(row.get("model"), str) and "scanned" in row else None, run,
                        what="model(s) already scanned", valid=valid_row)
-    elif not fleet and not _forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
-        rows = [_result(targets[0], options)]
+    elif not fleet and not forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
+        rows = [scan_row(targets[0], options)]
     else:  # one model too runs in a child of its own, which --timeout and --memory-limit can stop
         rows = _run_fleet(targets, options, jobs, timeout, limit, executor=executor)
     if baseline_file or write_baseline:
@@ -229,7 +229,7 @@ def json_row(row: dict, timings: bool = False) -> dict:
 
 def print_scan(row: dict, out=None) -> None:
     """One model's prediction, as the audit prints its report."""
-    from ..render import check_lines, detail_lines, findings_table, workaround_line
+    from ._render import check_lines, detail_lines, findings_table, workaround_line
     from ..report import Finding
 
     out = out or stdout()
@@ -254,7 +254,7 @@ def _native(extra, match, tasks, fmt, jobs, timeout, limit, executor=None) -> in
     """``--native``: every auto-mapped class of the installed transformers, a row each."""
     import time
 
-    from .. import native as native_module
+    from .._scan import native as native_module
     from ..errors import InvalidOptionError
 
     if extra:
@@ -326,7 +326,7 @@ class _Swept:
         return list(self.rows_)
 
     def markdown(self) -> str:
-        from .. import native as native_module
+        from .._scan import native as native_module
 
         return native_module.markdown(list(self.rows_))
 

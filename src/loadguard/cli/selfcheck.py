@@ -8,11 +8,11 @@ import click
 
 from ._common import ExitCode, emit, progress, quiet_transformers, stdout
 from ._options import format_option
-from .._text import Markup
+from .._infra import Markup
 
 
 def _verdict(failing: dict[str, str]) -> str:
-    from ..render import collapse_names
+    from ._render import collapse_names
 
     return ", ".join(collapse_names(f"{tensor} ({status})" for tensor, status in sorted(failing.items()))) or "clean"
 
@@ -29,14 +29,14 @@ def selfcheck(fmt, cached):
     """
     from rich.table import Table
 
-    from .. import selfcheck as check
-    from ..render import collapse_names
+    from .._scan import selfcheck as check
+    from ._render import collapse_names
 
     quiet_transformers()
     result = check.recorded() if cached else None
     if result is None:
         with progress("Running the scan's self-check"):
-            from ..scan import scan
+            from .._scan import scan
 
             result = check.run(scan)
     if fmt == "json":

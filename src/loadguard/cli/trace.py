@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from ._limits import limits_options
-from ._common import ExitCode, cases_and_runner, command_line, loading_options
+from ._common import ExitCode, cases_and_runner, loading_options
+from ..errors import command_line
 from ._output import write
 from ._options import format_option
 from ._reference import Crashed, attribute_crash, reference_runner, run_row
@@ -23,11 +24,11 @@ from ._reference import Crashed, attribute_crash, reference_runner, run_row
 def trace(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompt, image_paths, fmt):
     """Report the first module whose output holds NaN/Inf, its non-finite inputs and the tensors behind it.
     Exit 0 finite, 1 non-finite found (or the loaded model raises where the reference runs), 2 could not run."""
-    from .._preflight import read_config
+    from .._files import read_config
 
     read_config(path, trust_remote_code)  # answered before torch is imported
-    from ..runner.crash import guarded
-    from ..runner.trace import trace as run_trace
+    from ..runner import guarded
+    from ..runner import trace as run_trace
 
     prompts, images, runner = cases_and_runner(
         path, [prompt] if prompt else [], image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype,
@@ -72,7 +73,7 @@ def _non_finite(model, result):
     """A non-finite forward as a run failure, located at the class of the module it first came out of."""
     import inspect
 
-    from .._locations import located
+    from .._infra import located
     from ..formats import RunFailure
 
     if result.finite:

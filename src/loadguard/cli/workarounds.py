@@ -8,14 +8,14 @@ import click
 
 from ._common import ExitCode, emit, load_model, stderr, stdout
 from ._options import SuggestingGroup, format_option, workarounds_from_option
-from .._text import styled
+from .._infra import styled
+from .. import _files
 
 
 def _status(item, model, report, runner) -> str:
     """needed / stale / not applicable, measured on the loaded model."""
-    from .. import _hf
 
-    config = _hf.config_dict(model.config)
+    config = _files.config_dict(model.config)
     if not item.applies(config):
         return "not applicable"
     if item.stage == "after_load":
@@ -47,7 +47,7 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
     (under poison) and say whether each is needed."""
     from rich.table import Table
 
-    from .. import audit
+    from .._audit import audit
     from .. import workarounds as registry
     from ..runner import HfRunner
 

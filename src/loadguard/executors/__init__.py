@@ -1,6 +1,6 @@
 """Where fleet-shaped work runs: an :class:`Executor` maps a function over items, each in a process of its own under
-the same per-item limits (``timeout``, ``memory_limit``), and gives back one :class:`~loadguard._forks.Outcome` per item
-in item order. ``local`` forks children on this machine (:mod:`loadguard._forks`); ``ray`` runs each item as a task on a
+the same per-item limits (``timeout``, ``memory_limit``), and gives back one :class:`~loadguard._infra.forks.Outcome` per item
+in item order. ``local`` forks children on this machine (:mod:`loadguard._infra.forks`); ``ray`` runs each item as a task on a
 Ray cluster, where the task forks the same child on its node. Commands (``scan --from``, ``scan --native``, ``matrix``)
 take an executor and never ask which one it is.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .._forks import Outcome
+from .._infra import Outcome
 from ..errors import InvalidOptionError
 
 

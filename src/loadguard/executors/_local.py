@@ -1,8 +1,8 @@
-"""The ``local`` executor: children forked on this machine (:mod:`loadguard._forks`)."""
+"""The ``local`` executor: children forked on this machine (:mod:`loadguard._infra.forks`)."""
 
 from __future__ import annotations
 
-from .. import _forks
+from .._infra import forks
 
 
 class LocalExecutor:
@@ -14,7 +14,7 @@ class LocalExecutor:
     def map(self, function, items, *, jobs=1, timeout=None, memory_limit=None, on_done=None, prepare=None):
         if prepare is not None:
             prepare()  # imported once here, before any fork: a child pays only its own work
-        return _forks.run(function, list(items), jobs=jobs, timeout=timeout, memory_limit=memory_limit, on_done=on_done)
+        return forks.run(function, list(items), jobs=jobs, timeout=timeout, memory_limit=memory_limit, on_done=on_done)
 
 
 __all__ = ["LocalExecutor"]

@@ -9,7 +9,7 @@ import logging
 import os
 from typing import Any
 
-from .._forks import Outcome
+from .._infra import Outcome
 from ..errors import ExecutorError
 
 RETRIES = 1
@@ -25,7 +25,7 @@ _PASSED = ("HF_", "TRANSFORMERS_", "LOADGUARD_", "TORCH_HOME", "NO_COLOR")
 def _task(function, item, timeout, memory_limit, prepare, context) -> tuple[Outcome, str]:
     """On a Ray worker: the item in a child forked for it alone, under the same limits as a local run, in the driver's
     working directory when this node has it (relative model paths mean the same; a cluster shares its storage)."""
-    from .. import _forks
+    from .._infra import forks
 
     cwd, variables = context
     os.environ.update(variables)
@@ -34,7 +34,7 @@ def _task(function, item, timeout, memory_limit, prepare, context) -> tuple[Outc
         os.chdir(cwd)
     if prepare is not None:
         prepare()  # once per worker in effect: what it imports stays for the next task
-    outcome = _forks.run(function, [item], jobs=1, timeout=timeout, memory_limit=memory_limit)[0]
+    outcome = forks.run(function, [item], jobs=1, timeout=timeout, memory_limit=memory_limit)[0]
     import ray
 
     return outcome, ray.get_runtime_context().get_node_id()

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .._paths import write_atomically
+from .._infra import write_atomically
 from ..errors import InvalidOptionError
 from ._rows import Row
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .._text import cell, visible
+from .._infra import cell, visible
 from ._rows import Row
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .._text import xml
+from .._infra import xml
 from ._rows import Row
 
 

@@ -58,11 +58,11 @@ def pytest_configure(config):
     )
     policy, poison = config.getoption("--loadguard"), config.getoption("--loadguard-poison")
     if policy is None or poison is None:  # not given: the project's [tool.loadguard], found from the run's root
-        from .._settings import load
+        from .._infra import settings
         from ..errors import LoadguardError
 
         try:
-            project = load(config.rootpath)
+            project = settings.load(config.rootpath)
         except LoadguardError as error:
             raise pytest.UsageError(f"{error.message}\nHint: {error.hint}") from None
         policy = policy if policy is not None else project.get("plugin")
@@ -83,9 +83,9 @@ def pytest_configure(config):
             except LoadguardError as error:
                 raise pytest.UsageError(f"loadguard: {error.message}. {error.hint}") from None
     sessions.append(session)
-    from .. import _observers
+    from .._infra import observers
 
-    session.undo.append(_observers.listen(functools.partial(on_event, session)))
+    session.undo.append(observers.listen(functools.partial(on_event, session)))
     if session.policy != "off" or session.poison:  # off touches nothing (a marker may still ask: see below)
         install(session)
 
@@ -108,6 +108,6 @@ def pytest_unconfigure(config):
         processes = dict(session.workers)
         if session.results or not processes:
             processes["main"] = session.results
-        from .._paths import write_atomically
+        from .._infra import write_atomically
 
         write_atomically(session.record_path, json.dumps({"processes": processes}, indent=2))  # two runs never mix their halves

@@ -34,9 +34,9 @@ def hf_runner(request):
             failure = f"loadguard: {error}"
             if kwargs["audit"] != "repair":  # under repair, repair already ran and could not make it clean
                 failure += "\nIn this pytest run: --loadguard=repair repairs every audited load"
-            from ._hook import _reproducer
+            from ._hook import reproducer_command
 
-            command = _reproducer(model, kwargs, kwargs["workarounds"], kwargs["poison"])
+            command = reproducer_command(model, kwargs, kwargs["workarounds"], kwargs["poison"])
             failure += f"\nReproduce: {command}" if command else ""
         except LoadguardError as error:
             if not error.fixes:

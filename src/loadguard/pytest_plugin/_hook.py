@@ -12,8 +12,10 @@ import warnings
 
 import pytest
 
-from .._import_hooks import AfterImport
+from .._infra import AfterImport
 from ._state import Session, marker, policy_for
+from .. import _files
+from .. import _audit
 
 _MODELING = "transformers.modeling_utils"
 
@@ -37,12 +39,12 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
 
     @functools.wraps(function)
     def from_pretrained(cls, *args, **kwargs):
-        from .. import _observers
+        from .._infra import observers
 
         item = session.current
-        if _observers.inside_load.get() or item is None:
+        if observers.inside_load.get() or item is None:
             return function(cls, *args, **kwargs)  # loadguard.load audits itself; outside tests: untouched
-        from .. import loading_info
+        from .._hf import loading_info
         from .. import workarounds as registry
 
         policy = policy_for(item, session)
@@ -50,7 +52,7 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         path = args[0] if args else kwargs.get("pretrained_model_name_or_path")
 
         def attempt(active):
-            from ..poison import poison
+            from .._hf import poison
 
             # transformers' own loading info is the evidence of what was not loaded on purpose: always asked for,
             # handed back only to a caller who asked (any return shape: the model is found in it)
@@ -70,7 +72,7 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         loading_info.remember(model, info)
         registry.remember(model, early)
         if policy != "off" or session.poison:
-            _audit_load(model, policy, item, early, _reproducer(path, kwargs, selection, session.poisons(policy)))
+            _audit_load(model, policy, item, early, reproducer_command(path, kwargs, selection, session.poisons(policy)))
         return result if kwargs.get("output_loading_info") else model
 
     PreTrainedModel.from_pretrained = classmethod(from_pretrained)
@@ -83,9 +85,8 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
 
 def _config_of(path) -> dict:
     """The config.json of a local model folder (for the workarounds' applies_to), else just its name."""
-    from .. import _hf
 
-    return {"_name_or_path": str(path), **(_hf.local_config(path) or {})}
+    return {"_name_or_path": str(path), **(_files.local_config(path) or {})}
 
 
 def _name_workarounds(error: BaseException, selection) -> None:
@@ -102,11 +103,11 @@ def _name_workarounds(error: BaseException, selection) -> None:
     error.add_note(f"loadguard: {fixes_hint(names, 'pytest')}")
 
 
-def _reproducer(path, kwargs: dict, selection, poisoned: bool) -> str:
+def reproducer_command(path, kwargs: dict, selection, poisoned: bool) -> str:
     """The ``loadguard audit`` command that loads this model as the test did (empty when the load named no path)."""
     if not isinstance(path, (str, os.PathLike)):
         return ""
-    from ..cli._common import command_line
+    from ..errors import command_line
 
     names = [selection] if isinstance(selection, str) else list(selection or ())
     return command_line("audit", str(path), trust_remote_code=bool(kwargs.get("trust_remote_code")), workarounds=names,
@@ -114,20 +115,20 @@ def _reproducer(path, kwargs: dict, selection, poisoned: bool) -> str:
 
 
 def _audit_load(model, policy: str, item, early=(), reproduce: str = "") -> None:
-    from .. import _observers
+    from .._infra import observers
     from .. import workarounds as registry
-    from ..load import attach, describe_failures
-    from ..repair import repair
+    from .._audit import attach, describe_failures
+    from .._audit import repair
 
     settings = marker(item)
     chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
-    as_loaded, after = registry.audit_after_load(model, chosen, early=early, strict=bool(settings.get("strict_stale", False)))
+    as_loaded, after = _audit.audit_after_load(model, chosen, early=early, strict=bool(settings.get("strict_stale", False)))
     report = after or as_loaded
     result = repair(model, report) if not report.ok and policy == "repair" else None
     attach(model, as_loaded, report, result)  # the same rule as loadguard.load: the report describes the model as the test gets it
-    _observers.notify("load", report=report, repair=result, policy=policy, held=model.loadguard_report)
+    observers.notify("load", report=report, repair=result, policy=policy, held=model.loadguard_report)
     if result is not None and not result.ok:  # never let a test compare against a model that is still broken
-        from ..load import UNREPAIRED_HINT, describe_unrepaired
+        from .._audit import UNREPAIRED_HINT, describe_unrepaired
 
         pytest.fail(f"loadguard: {describe_unrepaired(result)}\nHint: {UNREPAIRED_HINT}", pytrace=False)
     if report.ok or policy in ("off", "repair"):

@@ -83,8 +83,8 @@ def on_event(session: Session, event: str, payload: dict) -> None:
     if event == "load":
         report, repaired = payload["report"], payload.get("repair")
         record.loads.append((report, repaired))
-        # what the fixture hands out: the report of the model as the test holds it (loadguard.load.held's rule)
-        from ..load import held
+        # what the fixture hands out: the report of the model as the test holds it (loadguard._audit.loading.held's rule)
+        from .._audit import held
 
         record.reports.append(payload.get("held") or held(report, repaired))
         session.loads.append(

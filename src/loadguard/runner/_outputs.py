@@ -8,18 +8,18 @@ from typing import Any
 import torch
 
 
-def _to_device(value: Any, device) -> Any:
+def to_device(value: Any, device) -> Any:
     """Tensors, and tensors in (nested) lists, moved to ``device``."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, list):
-        return [_to_device(v, device) for v in value]
+        return [to_device(v, device) for v in value]
     if isinstance(value, tuple):
-        return tuple(_to_device(v, device) for v in value)
+        return tuple(to_device(v, device) for v in value)
     return value
 
 
-def _new_tokens(sequences: torch.Tensor, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> list[int]:
+def new_tokens(sequences: torch.Tensor, input_ids: torch.Tensor | None, max_new_tokens: int | None) -> list[int]:
     """The generated ids of a plain-tensor generate output: after the prompt when it starts with it (and
     is long enough to hold it), the whole sequence otherwise (a generate from inputs_embeds)."""
     row = sequences[0]
@@ -31,7 +31,7 @@ def _new_tokens(sequences: torch.Tensor, input_ids: torch.Tensor | None, max_new
     return row.tolist()
 
 
-def _last_hidden(output, step: int):
+def last_hidden(output, step: int):
     """The last layer's hidden state at the position that produced generation step ``step``."""
     states = getattr(output, "hidden_states", None)
     if not states or step >= len(states) or not states[step]:

@@ -13,9 +13,10 @@ from typing import Any
 import torch
 
 from .. import _hf
-from ..checkpoint import Checkpoint
-from ..keymap import map_keys
+from .._files import Checkpoint
+from .._files import map_keys
 from ..errors import CheckpointError
+from .. import _files
 
 
 def eager_load(
@@ -33,7 +34,7 @@ def eager_load(
 
     from .. import workarounds as registry
 
-    config_dict = _hf.read_config(path, trust_remote_code)
+    config_dict = _files.read_config(path, trust_remote_code)
     cls = _hf.resolve_class(auto_cls, config_dict)
     parsed = _hf.parse_dtype(dtype)
 

@@ -12,14 +12,15 @@ from typing import Any
 import torch
 
 from .. import _hf
-from ..audit import audit as run_audit
+from .._audit import audit as run_audit
 from ..errors import InvalidOptionError, LoadguardError, RunnerConsistencyError
-from ..load import load as guarded_load
-from ..load import load_unaudited
+from .._audit import load as guarded_load
+from .._audit import load_unaudited
 from ..report import AuditReport, RepairResult
 from ._attention import run_model
-from ._outputs import _last_hidden, _new_tokens, _to_device
+from ._outputs import last_hidden, new_tokens, to_device
 from .crash import crash_note
+from .. import _audit
 
 POLICIES = ("repair", "raise", "warn", "off")
 TokensText = tuple[list[int], str]
@@ -97,7 +98,7 @@ class HfRunner:
         self.workarounds: list = []
         if audit == "off":
             self.model, early = load_unaudited(auto_cls, model, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
-            self.workarounds = early + registry.after_load(self.model, chosen, strict=strict_stale)  # runs the after_load ones only
+            self.workarounds = early + _audit.after_load(self.model, chosen, strict=strict_stale)  # runs the after_load ones only
         else:
             self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
             self.report = self.model.loadguard_report
@@ -171,7 +172,7 @@ class HfRunner:
             batch = (self.processor if self.processor is not None else self.tokenizer)(text=prompt, return_tensors="pt")
         # the first device that holds weights (offloaded ones stay on meta; accelerate's hooks move inputs)
         device = next((p.device for p in self.model.parameters() if p.device.type != "meta"), torch.device("cpu"))
-        return {k: _to_device(v, device) for k, v in dict(batch).items()}
+        return {k: to_device(v, device) for k, v in dict(batch).items()}
 
     @staticmethod
     def _per_prompt(prompts: Sequence[str], images: Sequence[Any] | None) -> list[Any]:
@@ -191,7 +192,7 @@ class HfRunner:
         asked = {"return_dict_in_generate": True, "output_scores": True, **kwargs}
         output = self._run_model(lambda: self.model.generate(**inputs, **asked))
         if not hasattr(output, "sequences"):  # a generate that returns a plain tensor
-            return None, _new_tokens(output, inputs.get("input_ids"), kwargs.get("max_new_tokens"))
+            return None, new_tokens(output, inputs.get("input_ids"), kwargs.get("max_new_tokens"))
         steps = len(output.scores or ()) or len(getattr(output, "logits", None) or ())
         sequences = output.sequences
         ids = sequences[0, sequences.shape[1] - steps :].tolist() if steps else []
@@ -272,7 +273,7 @@ class HfRunner:
                     raise InvalidOptionError(f"{self.model_name}'s generate returns no scores", "use generate_greedy for this model")
                 steps = []
                 for step, logits in enumerate(output.logits):
-                    hidden = _last_hidden(output, step)
+                    hidden = last_hidden(output, step)
                     if hidden is not None and head is not None and isinstance(head, torch.nn.Linear):
                         scores = hidden.float() @ head.weight.float().t()
                         if head.bias is not None:

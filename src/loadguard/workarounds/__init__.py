@@ -31,54 +31,90 @@ when you want the model's own recompute path, or need a fix before import. Examp
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-from ._registry import __all__ as _REGISTRY_NAMES
-
-# The registry is imported eagerly (light: it imports nothing of loadguard but errors); the application, which
-# sits above the audit, only when one of its names is first used, so importing the registry never imports the audit.
-APPLY_NAMES = (
-    "after_load",
-    "attempt",
-    "audit_after_load",
-    "before_import",
-    "construction",
-    "for_runner",
-    "judge_before_import",
-    "predict_after_load",
-    "remember",
-    "using",
+from ._registry import (
+    AUTO,
+    BUILT_IN,
+    CONSTRUCTION_ATTRIBUTE,
+    ENTRY_POINT_GROUP,
+    REGISTRY,
+    STAGES,
+    Signature,
+    Usage,
+    Workaround,
+    WorkaroundOutcome,
+    activate,
+    all_workarounds,
+    compile_signatures,
+    decides_on_memory,
+    external_errors,
+    fixes_for,
+    get,
+    matching,
+    model_code,
+    names_of,
+    resolve,
+    wants_auto,
+    workaround,
+)
+from ._registry import registering_from
+from ._external import load_file
+from ._apply import (
+    attempt,
+    before_import,
+    check_applies,
+    config_of,
+    construction,
+    for_runner,
+    forget_remote_code,
+    judge_before_import,
+    model_label,
+    predict_after_load,
+    remember,
+    stale,
+    targets_of,
+    using,
 )
 
-from ._registry import *  # noqa: E402,F403  (the public registry API, re-exported)
-from ._registry import BUILT_IN, REGISTRY, _registering_from  # noqa: E402,F401
-from ._external import load_file  # noqa: E402,F401
+with registering_from(BUILT_IN):  # the built-ins depend on the registry only; registered before any lookup
+    from . import minicpmv, remote_code, transformers_v4, v4_api, v4_auto, v4_behaviour, v4_names  # noqa: F401
 
-with _registering_from(BUILT_IN):  # the built-ins depend on the registry only; registered before any lookup
-    from . import minicpmv, remote_code, transformers_v4, v4_api, v4_auto, v4_behaviour, v4_names  # noqa: E402,F401
-
-if TYPE_CHECKING:
-    from ._apply import (  # noqa: F401
-        after_load,
-        attempt,
-        audit_after_load,
-        before_import,
-        construction,
-        for_runner,
-        judge_before_import,
-        predict_after_load,
-        remember,
-        using,
-    )
-
-
-def __getattr__(name: str):
-    if name in APPLY_NAMES:
-        value = getattr(importlib.import_module("._apply", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = sorted(set(_REGISTRY_NAMES) | set(APPLY_NAMES) | {"load_file"})
+__all__ = [
+    "AUTO",
+    "BUILT_IN",
+    "CONSTRUCTION_ATTRIBUTE",
+    "ENTRY_POINT_GROUP",
+    "REGISTRY",
+    "STAGES",
+    "Signature",
+    "Usage",
+    "Workaround",
+    "WorkaroundOutcome",
+    "activate",
+    "all_workarounds",
+    "attempt",
+    "before_import",
+    "check_applies",
+    "compile_signatures",
+    "config_of",
+    "construction",
+    "decides_on_memory",
+    "external_errors",
+    "fixes_for",
+    "for_runner",
+    "forget_remote_code",
+    "get",
+    "judge_before_import",
+    "load_file",
+    "matching",
+    "model_code",
+    "model_label",
+    "names_of",
+    "predict_after_load",
+    "remember",
+    "resolve",
+    "stale",
+    "targets_of",
+    "using",
+    "wants_auto",
+    "workaround",
+]

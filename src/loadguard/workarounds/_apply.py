@@ -1,8 +1,7 @@
-"""Applying workarounds around loads and audits: ``attempt`` (with ``auto``), ``before_import``, ``using``, the
-model-level ``construction``, ``after_load`` (audits first), ``predict_after_load`` (a scan) and ``for_runner``.
-
-This sits above the audit (``after_load`` decides staleness on an audit of the model); what a workaround is, and the
-registry, are in :mod:`loadguard.workarounds._registry`.
+"""Applying workarounds around loads: ``attempt`` (with ``auto``), ``before_import``, ``using``, the model-level
+``construction``, ``predict_after_load`` (a scan's view) and ``for_runner``. What a workaround is, and the registry, are
+in :mod:`loadguard.workarounds._registry`; running the ``after_load`` ones, whose staleness an audit of the model
+decides, is the audit's (``loadguard._audit``).
 """
 
 from __future__ import annotations
@@ -12,23 +11,12 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .. import _config, _hf
-from ..audit import audit
+import os
+import sys
+
+from .._files import config_dict, folder_of, local_config
 from ..errors import StaleWorkaroundError, WorkaroundError
-from . import APPLY_NAMES
-from ._registry import (
-    AUTO,
-    CONSTRUCTION_ATTRIBUTE,
-    Usage,
-    Workaround,
-    WorkaroundOutcome,
-    activate,
-    fixes_for,
-    get,
-    model_code,
-    resolve,
-    wants_auto,
-)
+from ._registry import CONSTRUCTION_ATTRIBUTE, Workaround, WorkaroundOutcome, activate, fixes_for, get, model_code, resolve, wants_auto
 
 def _versions() -> str:
     import transformers
@@ -36,20 +24,20 @@ def _versions() -> str:
     return f"transformers {transformers.__version__}"
 
 
-def _model_label(config: dict) -> str:
+def model_label(config: dict) -> str:
     kinds = [config.get("model_type") or "?"] + list(config.get("architectures") or [])
     return f"{config.get('_name_or_path') or 'the model'} ({', '.join(kinds)})"
 
 
-def _check_applies(item: Workaround, config: dict) -> None:
+def check_applies(item: Workaround, config: dict) -> None:
     if not item.applies(config):
         raise WorkaroundError(
-            f"workaround {item.name} does not apply to {_model_label(config)}: it is for {item.applies_to_text}",
+            f"workaround {item.name} does not apply to {model_label(config)}: it is for {item.applies_to_text}",
             "remove it from the workarounds of this model",
         )
 
 
-def _stale(item: Workaround, what: str, strict: bool) -> WorkaroundOutcome:
+def stale(item: Workaround, what: str, strict: bool) -> WorkaroundOutcome:
     detail = f"{_versions()} {what}; remove workaround {item.name}, upstream {item.upstream}"
     if strict:
         raise StaleWorkaroundError(f"stale workaround: {detail}", "delete the workaround (strict mode treats a stale workaround as an error)")
@@ -69,17 +57,17 @@ def before_import(
     """
     chosen = [w for w in items if w.stage == "before_import"]
     for item in chosen if check else ():
-        _check_applies(item, config)
+        check_applies(item, config)
     outcomes: list[WorkaroundOutcome] = []
     if chosen and path is not None:
-        _hf.forget_remote_code(path)
+        forget_remote_code(path)
     try:
         with contextlib.ExitStack() as stack:
             usages = [(item, stack.enter_context(item.fn(path, config))) for item in chosen]
             yield outcomes
     finally:
         if chosen and path is not None:
-            _hf.forget_remote_code(path)
+            forget_remote_code(path)
     auto = auto or {}
     for item, usage in usages:
         why = auto.get(item.name, "")
@@ -108,11 +96,11 @@ def _unused(item: Workaround, path: Any, config: dict, strict: bool) -> Workarou
     never hits it. A workaround that declares neither (``native``, ``touches``) is ``stale``, as it cannot tell."""
     native = item.is_native()
     if native is None or item.touches is None:
-        return _stale(item, f"loads {_model_label(config)} without it", strict)
+        return stale(item, f"loads {model_label(config)} without it", strict)
     if native and item.touches(model_code(path)):
-        return _stale(item, f"provides what it gives back, which {_model_label(config)} uses", strict)
+        return stale(item, f"provides what it gives back, which {model_label(config)} uses", strict)
     why = "its code does not use what it gives back" if native else "its load never reached what it gives back"
-    return WorkaroundOutcome(item.name, item.stage, "not_applicable", 0, f"not applicable to {_model_label(config)}: {why}", item.upstream)
+    return WorkaroundOutcome(item.name, item.stage, "not_applicable", 0, f"not applicable to {model_label(config)}: {why}", item.upstream)
 
 
 def _describe(error: BaseException) -> str:
@@ -155,7 +143,7 @@ def using(selection: str | Sequence[str | Workaround], path: Any = None, *, stri
         with loadguard.workarounds.using(["v4-attn-mask-utils"], path) as outcomes:
             model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
     """
-    config = _config.local_config(path) or {}
+    config = local_config(path) or {}
     items = [w for w in resolve(selection) if w.stage == "before_import"]
     # with no model folder to read, what applies cannot be told: the caller asked for these by name
     with before_import(items, path, {"_name_or_path": str(path), **config}, strict=strict, check=bool(config)) as outcomes:
@@ -184,94 +172,56 @@ def construction(model_or_names: Any, config: dict | None = None, path: Any = No
         return
     model_config = getattr(model_or_names, "config", None)
     if path is None and model_config is not None:
-        path = _config.folder_of(model_config)
+        path = folder_of(model_config)
     if config is None:
-        config = {**_config.config_dict(model_config), **(_config.local_config(path) or {})}
+        config = {**config_dict(model_config), **(local_config(path) or {})}
     with activate(names, path, config):
         yield
 
 
-def _config_of(model: Any) -> dict:
-    return _config.config_dict(getattr(model, "config", None))
+def config_of(model: Any) -> dict:
+    return config_dict(getattr(model, "config", None))
 
 
-def _targets(item: Workaround, model: Any, config: dict) -> list[str]:
+def targets_of(item: Workaround, model: Any, config: dict) -> list[str]:
     """What an ``after_load`` workaround targets in ``model``; an error when it does not apply or finds nothing."""
-    _check_applies(item, config)
+    check_applies(item, config)
     targets = item.targets(model)
     if not targets:
         raise WorkaroundError(
-            f"workaround {item.name} found nothing to fix in {_model_label(config)}: none of the modules it targets exist",
+            f"workaround {item.name} found nothing to fix in {model_label(config)}: none of the modules it targets exist",
             "the model changed: check whether the workaround still applies, then remove or update it",
         )
     return targets
-
-
-def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, strict: bool = False) -> list[WorkaroundOutcome]:
-    """Run the ``after_load`` workarounds on ``model``: stale ones are skipped, ones that fix nothing raise.
-
-    ``report`` is the audit of the model as loaded (computed here when not given).
-    """
-    outcomes = []
-    config = _config_of(model)
-    for item in (w for w in items if w.stage == "after_load"):
-        targets = _targets(item, model, config)
-        report = report if report is not None else audit(model)
-        broken = sorted({f.tensor for f in report.failures} & set(targets))
-        if not broken:
-            outcomes.append(_stale(item, f"preserves {', '.join(targets)}", strict))
-            continue
-        fixed = int(item.fn(model))
-        if fixed == 0:
-            raise WorkaroundError(
-                f"workaround {item.name} applied to {_model_label(config)} and fixed nothing (its targets {', '.join(broken)} are broken)",
-                "the model's code changed under the workaround: update or remove it",
-            )
-        outcomes.append(WorkaroundOutcome(item.name, item.stage, "applied", fixed, f"fixed {', '.join(broken)}", item.upstream))
-        report = None  # the model changed: a later workaround audits it again
-    return outcomes
 
 
 def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, strict: bool = False) -> list[WorkaroundOutcome]:
     """A scan's view of the ``after_load`` workarounds: ``needed`` where a target is predicted broken, ``stale``
     where every target is predicted correct. Nothing is applied (there are no weights to apply them to)."""
     outcomes = []
-    config = _config_of(model)
+    config = config_of(model)
     for item in (w for w in items if w.stage == "after_load"):
-        targets = _targets(item, model, config)
+        targets = targets_of(item, model, config)
         broken = sorted({f.tensor for f in report.failures} & set(targets))
         if broken:
             outcomes.append(WorkaroundOutcome(item.name, item.stage, "needed", 0, f"predicted broken: {', '.join(broken)}", item.upstream))
         else:
-            outcomes.append(_stale(item, f"preserves {', '.join(targets)} (predicted)", strict))
+            outcomes.append(stale(item, f"preserves {', '.join(targets)} (predicted)", strict))
     return outcomes
-
-
-def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = None, *, early: Sequence[WorkaroundOutcome] = (), strict: bool = False):
-    """Audit ``model`` as loaded, run the ``after_load`` workarounds, and audit again if any applied.
-
-    Returns ``(as_loaded, after)``: both reports carry every outcome (``early`` ones from ``before_import``
-    first); ``after`` is None when no workaround changed the model.
-    """
-    as_loaded = audit(model, checkpoint)
-    outcomes = tuple(early) + tuple(after_load(model, items, as_loaded, strict=strict))
-    after = audit(model, checkpoint) if any(o.status == "applied" and o.stage == "after_load" for o in outcomes) else None
-    as_loaded = dataclasses.replace(as_loaded, workarounds=outcomes)
-    return as_loaded, (dataclasses.replace(after, workarounds=outcomes) if after is not None else None)
 
 
 def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False, automatic: Sequence[Workaround] = ()) -> list[WorkaroundOutcome]:
     """Apply the ``runner`` workarounds named in ``items`` (they must apply) and those in ``automatic``
     that apply to the runner's model (engine suites patch their reference runner per model)."""
-    config = _config_of(runner.model)
+    config = config_of(runner.model)
     outcomes = []
     named = [w for w in items if w.stage == "runner"]
     for item in named:
-        _check_applies(item, config)
+        check_applies(item, config)
     extra = [w for w in automatic if w.stage == "runner" and w not in named and w.applies(config)]
     for item in named + extra:
         if item.needed is not None and not item.needed(runner):
-            outcomes.append(_stale(item, f"generates with {_model_label(config)} without it", strict and item in named))
+            outcomes.append(stale(item, f"generates with {model_label(config)} without it", strict and item in named))
             continue
         result = item.fn(runner)
         if result is not runner:
@@ -280,4 +230,38 @@ def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False
     return outcomes
 
 
-__all__ = list(APPLY_NAMES)
+def _sanitize(component: str) -> str:
+    """How transformers names a model folder inside ``transformers_modules``."""
+    name = component.replace(".", "_dot_").replace("-", "_hyphen_")
+    return "_" + name if name[:1].isdigit() else name
+
+
+def forget_remote_code(path: str | os.PathLike) -> int:
+    """Drop the model's remote-code modules that transformers imported in this process (it caches them by
+    content), so the next load imports them afresh. Returns how many were dropped."""
+    text = str(path).rstrip("/")
+    stems = {_sanitize(os.path.basename(os.path.normpath(text)))} | {_sanitize(part) for part in text.split("/")[-2:] if part}
+    dropped = 0
+    for name in [n for n in sys.modules if n.startswith("transformers_modules.")]:
+        if set(name.split(".")[1:]) & stems:
+            del sys.modules[name]
+            dropped += 1
+    return dropped
+
+
+__all__ = [
+    "attempt",
+    "before_import",
+    "check_applies",
+    "config_of",
+    "construction",
+    "for_runner",
+    "forget_remote_code",
+    "judge_before_import",
+    "model_label",
+    "predict_after_load",
+    "remember",
+    "stale",
+    "targets_of",
+    "using",
+]

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InvalidOptionError, WorkaroundError
-from ._registry import REGISTRY, _load_builtins, _registering_from
+from ._registry import REGISTRY, load_builtins, registering_from
 
 
 def load_file(path: str | Path) -> list[str]:
@@ -18,7 +18,7 @@ def load_file(path: str | Path) -> list[str]:
     Raises :class:`loadguard.errors.InvalidOptionError` for a missing file and
     :class:`loadguard.errors.WorkaroundError` when the file fails to import.
     """
-    _load_builtins()
+    load_builtins()
     file = Path(path)
     if not file.is_file():
         raise InvalidOptionError(f"--workarounds-from {path}: no such file", "pass a Python file that registers workarounds with @loadguard.workaround")
@@ -31,7 +31,7 @@ def load_file(path: str | Path) -> list[str]:
             raise InvalidOptionError(f"--workarounds-from {path}: not a Python file", "pass a .py file")
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
-        with _registering_from(f"file {resolved}"):
+        with registering_from(f"file {resolved}"):
             try:
                 spec.loader.exec_module(module)
             except Exception as error:

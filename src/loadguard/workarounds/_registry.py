@@ -214,7 +214,7 @@ def model_code(path: Any) -> list[str]:
 
 
 def get(name: str) -> Workaround:
-    _load_builtins()
+    load_builtins()
     try:
         return REGISTRY[name]
     except KeyError:
@@ -227,13 +227,13 @@ def get(name: str) -> Workaround:
 
 
 def all_workarounds() -> list[Workaround]:
-    _load_builtins()
+    load_builtins()
     return [REGISTRY[n] for n in sorted(REGISTRY)]
 
 
 def external_errors() -> dict[str, str]:
     """Entry points of the ``loadguard.workarounds`` group that failed to import, with the reason."""
-    _load_builtins()
+    load_builtins()
     return dict(_external_errors)
 
 
@@ -268,7 +268,7 @@ def matching(error: BaseException, stage: str | None = "before_import") -> list[
 
 
 def compile_signatures() -> int:
-    """Compile every failure pattern now (~35 ms: done once before a fleet forks, :mod:`loadguard._warm`); how many."""
+    """Compile every failure pattern now (~35 ms: done once before a fleet forks, :mod:`loadguard._scan.warmup`); how many."""
     return len({_regex(signature.pattern) for w in all_workarounds() for signature in w.fixes})
 
 
@@ -279,7 +279,7 @@ def fixes_for(error: BaseException) -> list[str]:
 
 
 @contextlib.contextmanager
-def _registering_from(source: str) -> Iterator[None]:
+def registering_from(source: str) -> Iterator[None]:
     token = _source.set(source)
     try:
         yield
@@ -287,7 +287,7 @@ def _registering_from(source: str) -> Iterator[None]:
         _source.reset(token)
 
 
-def _load_builtins() -> None:
+def load_builtins() -> None:
     """Entry points of the ``loadguard.workarounds`` group, imported once (the built-ins are registered by the
     package itself, before anything can look a workaround up)."""
     global _entry_points_loaded
@@ -298,7 +298,7 @@ def _load_builtins() -> None:
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None) or "?"
-        with _registering_from(f"entry point {ep.name} ({dist})"):
+        with registering_from(f"entry point {ep.name} ({dist})"):
             try:
                 ep.load()
             except Exception as error:  # one broken plugin must not break every load: say so where it matters
@@ -334,6 +334,7 @@ __all__ = [
     "WorkaroundOutcome",
     "activate",
     "all_workarounds",
+    "compile_signatures",
     "decides_on_memory",
     "external_errors",
     "fixes_for",

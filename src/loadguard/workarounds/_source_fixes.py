@@ -1,6 +1,6 @@
 """The source edits ``before_import`` workarounds stand for (``loadguard fix``): each takes the model's files by name
 (``*.py`` and ``config.json``) and returns ``(changed files, what it did)``. Edits of Python go through libcst
-(:mod:`loadguard._codemod_write`); an edit that cannot be made raises :class:`loadguard._codemod.Refused`."""
+(:mod:`loadguard._codemod.write`); an edit that cannot be made raises :class:`loadguard._codemod.Refused`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def fallback_import(sources: dict[str, str], name: str, modules: tuple[str, ...]
     the fallback (the same code on 4.x, where the import works)."""
     import libcst as cst
 
-    from .._codemod_write import define_after_imports
+    from .._codemod import define_after_imports
 
     edited = {}
     for file, text in _python(sources).items():
@@ -60,7 +60,7 @@ def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
     configs held: the code's own ``if rope_scaling is None`` branch runs again); on 4.x the value passes unchanged."""
     import libcst as cst
 
-    from .._codemod_write import define_after_imports
+    from .._codemod import define_after_imports
 
     edited = {}
     for file, text in _python(sources).items():
@@ -83,7 +83,7 @@ def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
 
 
 def llama_attention_imports(sources: dict[str, str]) -> tuple[dict[str, str], str]:
-    from .._codemod_write import import_as
+    from .._codemod import import_as
 
     renamed = {"LlamaFlashAttention2": "LlamaAttention", "LlamaSdpaAttention": "LlamaAttention"}
     edited = {file: import_as(text, "transformers.models.llama.modeling_llama", renamed) for file, text in _python(sources).items()}
@@ -91,7 +91,7 @@ def llama_attention_imports(sources: dict[str, str]) -> tuple[dict[str, str], st
 
 
 def read_with_defaults(sources: dict[str, str], defaults: dict[str, object]) -> tuple[dict[str, str], str]:
-    from .._codemod_write import config_reads
+    from .._codemod import config_reads
 
     edited = {file: config_reads(text, defaults) for file, text in _python(sources).items()} if defaults else {}
     read = sorted(n for n in defaults if any(f".{n}" in text for text in _changed(sources, edited).values()))
@@ -99,7 +99,7 @@ def read_with_defaults(sources: dict[str, str], defaults: dict[str, object]) -> 
 
 
 def accepting(sources: dict[str, str], function: str, description: str) -> tuple[dict[str, str], str]:
-    from .._codemod_write import accept_keywords
+    from .._codemod import accept_keywords
 
     return _changed(sources, {file: accept_keywords(text, function) for file, text in _python(sources).items()}), description
 

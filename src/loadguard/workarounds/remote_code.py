@@ -58,7 +58,7 @@ def _python(sources: dict[str, str]) -> dict[str, str]:
 
 def typing_imports(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
     """The source fix of ``remote-code-typing-aliases``: each file imports the typing names it uses."""
-    from .._codemod_write import ensure_imports
+    from .._codemod import ensure_imports
 
     changed = {name: ensure_imports(text, [f"from typing import {', '.join(sorted(leaked))}"])
                for name, text in _python(sources).items() if (leaked := _leaked_names_or_none(text))}
@@ -141,7 +141,7 @@ def _class_sources(sources: dict[str, str]) -> dict[str, tuple[str, str]]:
 def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | None:
     """The model class whose ``__init__`` (the one that runs for ``cls``) should end with ``self.post_init()``: None when
     one that runs already calls it."""
-    from .._codemod_write import method_calls
+    from .._codemod import method_calls
 
     first = None
     for klass in cls.__mro__:
@@ -167,7 +167,7 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     from transformers import PreTrainedModel
 
     from .._codemod import Refused
-    from .._codemod_write import append_to_init, class_assignments, set_class_attribute
+    from .._codemod import append_to_init, class_assignments, set_class_attribute
 
     changed = dict(_python(sources))
     done = []

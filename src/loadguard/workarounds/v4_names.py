@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from typing import Any
 
-from .._import_hooks import AfterImport
+from .._infra import AfterImport
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 

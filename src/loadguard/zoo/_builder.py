@@ -97,7 +97,7 @@ MARKER = "loadguard_zoo.json"  # which zoo entry a folder is, with its demo prom
 def _classes(entry: ZooEntry):
     """The entry's configuration and model classes, imported from loadguard's copy of its remote code (inside
     the workarounds its code needs on this transformers, as a load would be)."""
-    from ..workarounds import _registry as registry
+    from .. import workarounds as registry
 
     family = _FAMILIES[entry.family]
     package = f"loadguard.zoo.templates.{family.package}"
@@ -171,7 +171,7 @@ def build_model(name: str, *, seed: int = _DEFAULT_SEED, **config_overrides: Any
     correct load must reproduce. Code written for older transformers is constructed inside the workarounds
     the entry needs (``entry.workarounds``).
     """
-    from ..workarounds import _registry as registry
+    from .. import workarounds as registry
 
     entry = get(name)
     config = _config(entry, config_overrides)
@@ -300,7 +300,7 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
             )
             _write_json(folder / "processor_config.json", {"auto_map": auto_map, "processor_class": family.processor})
     except BaseException:
-        from .._paths import remove_tree
+        from .._infra import remove_tree
 
         remove_tree(folder.parent, folder, "the zoo folder being built")  # only the folder this call created
         raise

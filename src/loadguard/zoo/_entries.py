@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UnknownZooEntryError
-from ._entry import _TOY_NP, ExpectedFinding, ZooEntry
+from ._entry import TOY_NP, ExpectedFinding, ZooEntry
 
 _VLM_PROMPTS = ("(<image>./</image>) describe what you see .", "(<image>./</image>) (<image>./</image>) what do you see ?")
 # MiniCPM-V 2.6's remote code fails on transformers 5 in this order, each fixed by the next workaround
@@ -43,7 +43,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) non-persistent buffers (sin/cos table, index table, bool causal masks) computed in "
             "__init__ with no _init_weights branch",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
         ),
         ZooEntry(
             "np_buffer_in_checkpoint",
@@ -51,7 +51,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(b) like np_buffer, but the checkpoint carries the buffers' values: transformers discards "
             "them as unexpected keys",
             failure_mode="b",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             save_non_persistent_buffers=True,
         ),
         ZooEntry(
@@ -112,7 +112,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that relies on typing.List leaking from `from torch.nn.functional import *`: "
             "fails to import on current torch; once imported, its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("remote-code-typing-aliases", "NameError: name 'List' is not defined"),),
         ),
         ZooEntry(
@@ -121,7 +121,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code written for transformers 4.x: _tied_weights_keys as a list and no post_init() call "
             "(v5: no attribute 'all_tied_weights_keys'); once loaded, its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-tied-weights-keys", "AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'"),),
         ),
         ZooEntry(
@@ -130,7 +130,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that imports _prepare_4d_causal_attention_mask from transformers.modeling_attn_mask_utils "
             "(removed in v5); once imported, its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-attn-mask-utils", "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"),),
         ),
         ZooEntry(
@@ -139,7 +139,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that imports is_torch_fx_available from transformers.utils (removed in v5); once "
             "imported, its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-torch-fx-available", "ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils'"),),
         ),
         ZooEntry(
@@ -148,7 +148,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that reads config.rope_scaling['type'] with rope_scaling: null in its config "
             "(v5: KeyError 'type'); its rotary inv_freq and other buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
+            expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
             failures=(("v4-rope-scaling", "KeyError: 'type'"),),
             config_json={"rope_scaling": None, "rope_theta": 10000.0},
             config_json_drop=("rope_parameters",),
@@ -159,7 +159,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that imports LlamaFlashAttention2 from transformers' Llama module (gone); once "
             "imported, its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-llama-attention-classes", "ImportError: cannot import name 'LlamaFlashAttention2' from 'transformers.models.llama.modeling_llama'"),),
         ),
         ZooEntry(
@@ -168,7 +168,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that reads config.max_length, a generation default v5 configs no longer carry; its "
             "buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-config-generation-defaults", "AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'"),),
         ),
         ZooEntry(
@@ -177,7 +177,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that reads config.pad_token_id, which every 4.x config carried and 5.x configs do not; its "
             "buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-config-defaults", "AttributeError: 'LgV4PadConfig' object has no attribute 'pad_token_id'"),),
         ),
         ZooEntry(
@@ -186,7 +186,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that overrides tie_weights(self), which transformers 5 calls with missing_keys= while "
             "loading; its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-tie-weights-signature", "TypeError: LgV4TieForCausalLM.tie_weights() got an unexpected keyword argument 'recompute_mapping'"),),
         ),
         ZooEntry(
@@ -196,7 +196,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "the model's __init__: transformers 5 calls validate(user_set_attributes=...) (TypeError); its buffers are not "
             "rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-generation-validate", "TypeError: LgV4DiffusionGenerationConfig.validate() got an unexpected keyword argument 'user_set_attributes'"),),
         ),
         ZooEntry(
@@ -205,7 +205,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that calls self.get_head_mask, a method 4.x models had and 5.x removed; its buffers are not "
             "rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-model-attributes", "AttributeError: 'LgV4AttrsForCausalLM' object has no attribute 'get_head_mask'"),),
             fix='not fixable: it calls get_head_mask, which transformers 5 model classes no longer have (v4-model-attributes has no source fix: port it by hand)',
         ),
@@ -215,7 +215,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that imports find_pruneable_heads_and_indices and prune_linear_layer from "
             "transformers.pytorch_utils (removed in 5.x); its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             failures=(("v4-module-names", "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'"),),
             fix='not fixable: it imports names transformers 5 removed from their 4.57 modules (v4-module-names has no source fix: import each from its 5.x home by hand)',
         ),
@@ -226,7 +226,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "properties asking self.language_model: 4.5x+ probe them on the instance while __init__ runs, before the "
             "language model exists; once constructed, its buffers are not rebuilt",
             failure_mode="a",
-            expected=tuple(ExpectedFinding(f"language_model.{f.tensor}", f.status) for f in _TOY_NP),
+            expected=tuple(ExpectedFinding(f"language_model.{f.tensor}", f.status) for f in TOY_NP),
             failures=(("v4-attention-probe", "AttributeError: 'LgV4ProbeForCausalLM' object has no attribute '_supports_sdpa'"),),
             fix='not fixable: its _supports_sdpa property asks a submodule that does not exist yet (v4-attention-probe has no source fix)',
         ),
@@ -236,7 +236,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code whose rotary embedding looks up ROPE_INIT_FUNCTIONS['default'] (4.4x-era Llama copies): "
             "transformers 5 dropped the key (KeyError 'default'); its rotary inv_freq and other buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
+            expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
             failures=(("v4-rope-init-default", "KeyError: 'default'"),),
             fix="not fixable: its rotary embedding looks up ROPE_INIT_FUNCTIONS['default'] (v4-rope-init-default has no source fix: compute plain RoPE by hand)",
         ),
@@ -247,7 +247,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "bi-encoders wrap a published model): transformers 5 builds the outer model on the meta device and refuses "
             "the nested load; once constructed, its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
             submodel=("trunk", "trunk", "trunk_path"),
             failures=(("v4-nested-from-pretrained", "RuntimeError: You are using `from_pretrained` with a meta device context manager or `torch.set_default_device('meta')`."),),
             fix='not fixable: its constructor loads another model with from_pretrained (v4-nested-from-pretrained: build it from its config, by hand)',
@@ -258,7 +258,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that builds every layer with device=config.init_device itself (OLMo-style): a weightless "
             "construction must not allocate it; its buffers are not rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
         ),
         ZooEntry(
             "int8_buffers",
@@ -267,7 +267,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "are persistent buffers made in __init__ on the CPU, whatever device a loader asks for; its buffers are not "
             "rebuilt",
             failure_mode="a",
-            expected=_TOY_NP,
+            expected=TOY_NP,
         ),
         ZooEntry(
             "v4_tied_list",

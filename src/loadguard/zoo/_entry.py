@@ -54,7 +54,7 @@ class ZooEntry:
     @property
     def needed_workarounds(self) -> tuple[str, ...]:
         """Those the running transformers / torch lacks what they give back for: the ones its load needs here."""
-        from ..workarounds._registry import get
+        from ..workarounds import get
 
         return tuple(name for name in self.workarounds if not get(name).is_native())
 
@@ -89,7 +89,7 @@ class ZooEntry:
         return tuple(out)
 
 
-_TOY_NP = (
+TOY_NP = (
     ExpectedFinding("positions.table", "uninitialized"),
     ExpectedFinding("positions.index", "uninitialized"),
     ExpectedFinding("layers.{layer}.attn.causal_mask", "uninitialized"),

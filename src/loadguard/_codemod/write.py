@@ -1,0 +1,306 @@
+"""Writing the edits of ``loadguard fix`` through libcst (see :mod:`loadguard._codemod`, which reads): a branch added to
+``_init_weights``, constructor arguments kept, in-place writes guarded, imports added; everything else in the file
+stays as it was, comments and formatting included."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .read import Branch, Refused
+from .nodes import after_docstring, class_named, code_of, indented, method_named, parameters_of, bound_names, import_of, module_names
+
+
+def merge(branches: list[Branch]) -> list[Branch]:
+    """One branch per class, statements in the order ``__init__`` makes the tensors (a cache computed from
+    ``inv_freq`` after ``inv_freq``), without repeats."""
+    out: dict[str, Branch] = {}
+    for branch in sorted(branches, key=lambda b: b.line):
+        known = out.get(branch.cls)
+        if known is None:
+            out[branch.cls] = branch
+            continue
+        statements = known.statements + tuple(s for s in branch.statements if s not in known.statements)
+        out[branch.cls] = Branch(branch.cls, statements, known.globals | branch.globals, tuple(dict.fromkeys(known.keep + branch.keep)),
+                                 known.tensors + branch.tensors, known.line)
+    return list(out.values())
+
+
+def _block(text: str) -> list[cst.BaseStatement]:
+    return list(cst.parse_module(text + "\n").body)
+
+
+def _branch_text(branch: Branch, init_param: str) -> str:
+    body = "\n".join(branch.statements)
+    return f"if isinstance({init_param}, {branch.cls}):\n    with torch.no_grad():\n{indented(body, '        ')}"
+
+
+def init_weights_parameter(source: str, cls_name: str) -> str | None:
+    """What ``cls_name``'s own ``_init_weights`` calls its module (None: the class has none)."""
+    cls = class_named(cst.parse_module(source), cls_name)
+    function = method_named(cls, "_init_weights") if cls is not None else None
+    if function is None:
+        return None
+    names = parameters_of(function)
+    return names[1] if len(names) > 1 else None
+
+
+def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
+    """``cls_name``'s ``_init_weights`` with ``branches`` first (before any early return); a class without one gets
+    ``_init_weights`` calling its parent's, then the branches."""
+    tree = cst.parse_module(source)
+    cls = class_named(tree, cls_name)
+    if cls is None:
+        raise Refused(f"class {cls_name} is not defined at the top level of its file")
+    function = method_named(cls, "_init_weights")
+    if function is not None:
+        parameter = init_weights_parameter(source, cls_name) or "module"
+        blocks = [s for b in branches for s in _block(_branch_text(b, parameter))]
+        body = list(function.body.body)
+        at = after_docstring(body)
+        new_function = function.with_changes(body=function.body.with_changes(body=[*body[:at], *blocks, *body[at:]]))
+        new_cls = cls.with_changes(body=cls.body.with_changes(body=[new_function if s is function else s for s in cls.body.body]))
+    else:
+        text = "def _init_weights(self, module):\n    super()._init_weights(module)\n" + "\n".join(indented(_branch_text(b, "module")) for b in branches)
+        method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine()])
+        new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, method]))
+    return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code
+
+
+def keep_arguments(source: str, cls_name: str, names: list[str]) -> str:
+    """``cls_name.__init__`` also stores the constructor arguments ``names`` (``self.x = x``), right after its
+    ``super().__init__(...)`` call, so ``_init_weights`` can recompute what depends on them."""
+    if not names:
+        return source
+    tree = cst.parse_module(source)
+    cls = class_named(tree, cls_name)
+    init = method_named(cls, "__init__") if cls is not None else None
+    if init is None:
+        raise Refused(f"{cls_name}.__init__ is not in this file")
+    body = list(init.body.body)
+    at = next((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and "super().__init__(" in code_of(s).replace(" ", "")), None)
+    if at is None:
+        raise Refused(f"{cls_name}.__init__ does not call super().__init__() where the arguments could be kept")
+    kept = _block("\n".join(f"self.{name} = {name}" for name in names))
+    new_init = init.with_changes(body=init.body.with_changes(body=[*body[:at], *kept, *body[at:]]))
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=[new_init if s is init else s for s in cls.body.body]))
+    return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code
+
+
+def ensure_imports(source: str, imports: list[str]) -> str:
+    """``source`` with each import statement of ``imports`` whose names it does not bind yet, after its last top-level
+    import (or its docstring)."""
+    tree = cst.parse_module(source)
+    bound = set(module_names(tree))
+    wanted = []
+    for text in dict.fromkeys(imports):
+        names = set(module_names(cst.parse_module(text + "\n")))
+        if not names <= bound:
+            wanted += _block(text)
+            bound |= names
+    if not wanted:
+        return source
+    body = list(tree.body)
+    last = _after_imports(body)
+    return tree.with_changes(body=[*body[:last], *wanted, *body[last:]]).code
+
+
+def _after_imports(body: list[cst.BaseStatement]) -> int:
+    """Where a new top-level statement goes: after the last top-level import, else after the module's docstring."""
+    return max((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))),
+               default=after_docstring(body))
+
+
+def define_after_imports(source: str, block: str) -> str:
+    """``source`` with the top-level definitions of ``block`` (a ``def``, a ``try`` import) after its imports, set apart by
+    two blank lines as PEP 8 has it."""
+    tree = cst.parse_module(source)
+    body = list(tree.body)
+    last = _after_imports(body)
+    added = list(cst.parse_module(block).body)
+    added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    following = body[last:]
+    if following and not following[0].leading_lines:
+        following[0] = following[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return tree.with_changes(body=[*body[:last], *added, *following]).code
+
+
+_INIT_FUNCTIONS = ("normal_", "uniform_", "zeros_", "ones_", "constant_", "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                   "kaiming_normal_", "orthogonal_", "eye_", "dirac_", "sparse_")
+
+
+def _written_tensor(small: cst.BaseSmallStatement, parameter: str) -> str | None:
+    """``module.weight`` when ``small`` writes into it in place (``module.weight.data.normal_()``,
+    ``nn.init.zeros_(module.bias)``, ``module.weight.data[0] = ...``); None otherwise."""
+
+    def root(node: cst.BaseExpression) -> str | None:
+        while isinstance(node, (cst.Attribute, cst.Subscript)):
+            if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == parameter:
+                return f"{parameter}.{node.attr.value}"
+            node = node.value
+        return None
+
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        call = small.value
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value.endswith("_") and not call.func.attr.value.startswith("_"):
+            if (found := root(call.func.value)) is not None:
+                return found
+        # nn.init.normal_(...) is looked up when called: transformers 5 guards it; one imported by name is not
+        if isinstance(call.func, cst.Name) and call.func.value in _INIT_FUNCTIONS and call.args:
+            return root(call.args[0].value)
+    if isinstance(small, (cst.Assign, cst.AugAssign)):
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+        for target in targets:
+            if isinstance(target, cst.Subscript) and (found := root(target)) is not None:
+                return found
+    return None
+
+
+class _GuardWrites(cst.CSTTransformer):
+    def __init__(self, parameter: str):
+        self.parameter = parameter
+        self.guarded = 0
+
+    def leave_SimpleStatementLine(self, original, updated):
+        written = sorted({t for small in updated.body if (t := _written_tensor(small, self.parameter)) is not None})
+        if not written:
+            return updated
+        self.guarded += 1
+        condition = " and ".join(f"not getattr({t}, '_is_hf_initialized', False)" for t in written)
+        guard = _block(f"if {condition}:\n    pass")[0]
+        return guard.with_changes(body=guard.body.with_changes(body=[updated.with_changes(leading_lines=[])]), leading_lines=updated.leading_lines)
+
+
+def guard_writes(source: str, cls_name: str) -> tuple[str, int]:
+    """``cls_name._init_weights`` with every in-place write into a tensor of its module guarded by transformers 5's
+    loaded flag (``_is_hf_initialized``): what it does for tensors the checkpoint lacks stays; a loaded one is left
+    alone (on transformers 4 no tensor carries the flag: nothing changes). Returns the source and how many statements
+    were guarded."""
+    tree = cst.parse_module(source)
+    cls = class_named(tree, cls_name)
+    function = method_named(cls, "_init_weights") if cls is not None else None
+    if function is None:
+        raise Refused(f"{cls_name} defines no _init_weights in this file")
+    names = parameters_of(function)
+    guard = _GuardWrites(names[1] if len(names) > 1 else "module")
+    new_function = function.visit(guard)
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=[new_function if s is function else s for s in cls.body.body]))
+    return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code, guard.guarded
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the source edits workarounds stand for
+
+
+def _replace_class(tree: cst.Module, cls: cst.ClassDef, new: cst.ClassDef) -> str:
+    return tree.with_changes(body=[new if s is cls else s for s in tree.body]).code
+
+
+def method_calls(source: str, cls_name: str, name: str) -> set[str] | None:
+    """What ``cls_name.<name>`` calls, as written (``self.post_init``, ``super().__init__``); comments and strings do not
+    count. None: the class does not define it in ``source``."""
+    cls = class_named(cst.parse_module(source), cls_name)
+    method = method_named(cls, name) if cls is not None else None
+    if method is None:
+        return None
+    calls: set[str] = set()
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, node):
+            calls.add(code_of(node.func).replace(" ", ""))
+
+    method.visit(Calls())
+    return calls
+
+
+def append_to_init(source: str, cls_name: str, statement: str) -> str:
+    """``cls_name.__init__`` with ``statement`` as its last line."""
+    tree = cst.parse_module(source)
+    cls = class_named(tree, cls_name)
+    init = method_named(cls, "__init__") if cls is not None else None
+    if init is None:
+        raise Refused(f"{cls_name} has no __init__ of its own in this file")
+    new_init = init.with_changes(body=init.body.with_changes(body=[*init.body.body, *_block(statement)]))
+    return _replace_class(tree, cls, cls.with_changes(body=cls.body.with_changes(body=[new_init if s is init else s for s in cls.body.body])))
+
+
+def class_assignments(source: str, name: str) -> dict[str, str]:
+    """``{class: the value's code}`` for every top-level class that assigns ``name`` in its body."""
+    out = {}
+    for cls in cst.parse_module(source).body:
+        if isinstance(cls, cst.ClassDef) and isinstance(cls.body, cst.IndentedBlock):
+            for statement in cls.body.body:
+                if isinstance(statement, cst.SimpleStatementLine):
+                    for small in statement.body:
+                        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target] if isinstance(small, cst.AnnAssign) else []
+                        if any(isinstance(t, cst.Name) and t.value == name for t in targets) and small.value is not None:
+                            out[cls.name.value] = code_of(small.value)
+    return out
+
+
+def set_class_attribute(source: str, cls_name: str, name: str, value: str) -> str:
+    """``cls_name``'s class-level ``name = ...`` with ``value`` (code) on the right."""
+    tree = cst.parse_module(source)
+    cls = class_named(tree, cls_name)
+
+    class Setter(cst.CSTTransformer):
+        def leave_Assign(self, original, updated):
+            if any(isinstance(t.target, cst.Name) and t.target.value == name for t in updated.targets):
+                return updated.with_changes(value=cst.parse_expression(value))
+            return updated
+
+        def leave_AnnAssign(self, original, updated):
+            if isinstance(updated.target, cst.Name) and updated.target.value == name:
+                return updated.with_changes(value=cst.parse_expression(value))
+            return updated
+
+        def visit_FunctionDef(self, node):
+            return False
+
+    return _replace_class(tree, cls, cls.visit(Setter()))
+
+
+def import_as(source: str, module: str, renamed: dict[str, str]) -> str:
+    """``from <module> import Old`` -> ``from <module> import New as Old`` for each ``Old: New`` in ``renamed``."""
+
+    class Renamer(cst.CSTTransformer):
+        def leave_ImportFrom(self, original, updated):
+            if updated.module is None or code_of(updated.module) != module or isinstance(updated.names, cst.ImportStar):
+                return updated
+            names = [a.with_changes(name=cst.Name(renamed[a.evaluated_name]), asname=cst.AsName(name=cst.Name(a.evaluated_name)))
+                     if a.evaluated_name in renamed and a.asname is None else a for a in updated.names]
+            return updated.with_changes(names=names)
+
+    return cst.parse_module(source).visit(Renamer()).code
+
+
+def accept_keywords(source: str, function: str, positional: int = 1) -> str:
+    """Every ``def <function>(self)`` (exactly ``positional`` parameters and no ``**``) also takes ``**kwargs``: the
+    keywords a newer caller passes are accepted and ignored."""
+
+    class Widen(cst.CSTTransformer):
+        def leave_FunctionDef(self, original, updated):
+            params = updated.params
+            if updated.name.value != function or params.star_kwarg is not None or len(params.params) != positional or params.kwonly_params:
+                return updated
+            return updated.with_changes(params=params.with_changes(star_kwarg=cst.Param(name=cst.Name("kwargs"))))
+
+    return cst.parse_module(source).visit(Widen()).code
+
+
+def config_reads(source: str, defaults: dict[str, object]) -> str:
+    """Reads of ``<...>config.<name>`` for ``name`` in ``defaults`` -> ``getattr(<...>config, "<name>", default)``
+    (assignments to them are left alone): what transformers 4 configs always carried, read the way that works on 5."""
+
+    class Reads(cst.CSTTransformer):
+        def visit_AssignTarget(self, node):
+            return False
+
+        def leave_Attribute(self, original, updated):
+            if updated.attr.value in defaults and code_of(updated.value).split(".")[-1] in ("config", "text_config"):
+                return cst.parse_expression(f"getattr({code_of(updated.value)}, {updated.attr.value!r}, {defaults[updated.attr.value]!r})")
+            return updated
+
+    return cst.parse_module(source).visit(Reads()).code
+
+
+__all__ = ["accept_keywords", "append_to_init", "define_after_imports", "method_calls", "class_assignments", "config_reads", "import_as", "set_class_attribute", "add_branches", "bound_names", "ensure_imports", "guard_writes", "import_of", "init_weights_parameter", "keep_arguments", "merge", "module_names"]

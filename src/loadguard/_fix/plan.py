@@ -1,0 +1,289 @@
+"""What ``loadguard fix`` changes in a model's code, decided from what one load did (the audit's findings, the lines
+that made each tensor, the workarounds the load needed), never from a guess about the code.
+
+- a non-persistent buffer, tensor attribute or parameter left uninitialized or on meta: recomputed in the model's
+  ``_init_weights`` from the line that made it (:func:`loadguard._codemod.recompute`);
+- loaded weights the model's own ``_init_weights`` overwrote: its in-place writes guarded by the loaded flag;
+- a ``before_import`` workaround the load needed: the source edit it declares (``Workaround.source_fix``).
+
+Example::
+
+    plan = plan_fix(model, report, folder)
+    plan.files      # {"modeling_x.py": new source, ...}
+    plan.changes    # what each edit is and which findings it answers
+    plan.refused    # what cannot be fixed mechanically, with the reason and the line
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import _codemod
+from .._infra import source_path
+from ..report import AuditReport
+
+RECOMPUTED = ("uninitialized", "on_meta", "mismatch")
+_TIES = "v4-tied-weights-keys"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit of one file: what it does and the findings (tensors) or workaround it answers."""
+
+    file: str
+    kind: str  # recompute | keep_arguments | guard_overwrites | workaround
+    description: str
+    tensors: tuple[str, ...] = ()
+    workaround: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "kind": self.kind, "description": self.description, "tensors": list(self.tensors), "workaround": self.workaround}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A finding (or a workaround's need) no mechanical edit answers: why, and the line to change by hand."""
+
+    tensor: str
+    status: str
+    reason: str
+    location: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensor": self.tensor, "status": self.status, "reason": self.reason, "location": self.location}
+
+
+@dataclass
+class Plan:
+    original: dict[str, str]
+    files: dict[str, str] = field(default_factory=dict)
+    changes: list[Change] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+    def source(self, name: str) -> str:
+        return self.files.get(name, self.original[name])
+
+    def edit(self, name: str, text: str) -> None:
+        if text != self.source(name):
+            self.files[name] = text
+
+
+def sources(folder: Path) -> dict[str, str]:
+    """The model's own code and config as text: every ``*.py`` at the top of its folder, and ``config.json``."""
+    out = {}
+    for file in sorted(folder.glob("*.py")) + [folder / "config.json"]:
+        if file.is_file() and not file.is_symlink():
+            out[file.name] = file.read_text()
+    return out
+
+
+def class_file(cls: type) -> str | None:
+    """The file that defines ``cls``, named as :func:`loadguard._infra.locations.source_path` names it (``modeling_x.py`` for
+    remote code, ``transformers/models/...`` for transformers' own). Remote-code modules may be gone from
+    ``sys.modules`` after a load: the file is read off the class's own functions then."""
+    try:
+        path = inspect.getsourcefile(cls)
+    except (TypeError, OSError):
+        code = next((f.__code__ for f in vars(cls).values() if hasattr(f, "__code__")), None)
+        path = code.co_filename if code is not None else getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return source_path(path) if path else None
+
+
+def _remote_file(cls: type, original: dict[str, str]) -> str | None:
+    """The model-folder file that defines ``cls`` (None: not the model's own code)."""
+    name = class_file(cls)
+    return name if name in original else None
+
+
+def owning_module(model: Any, module_name: str) -> Any:
+    """The nearest ``PreTrainedModel`` at or above the module ``module_name``: whose ``_init_weights`` runs for it."""
+    from transformers import PreTrainedModel
+
+    parts = module_name.split(".") if module_name else []
+    for depth in range(len(parts), -1, -1):
+        candidate = model.get_submodule(".".join(parts[:depth]))
+        if isinstance(candidate, PreTrainedModel):
+            return candidate
+    return model
+
+
+def _beside(model: Any, module_name: str, file: str, target: tuple[str, str], original: dict[str, str]) -> tuple[str, str]:
+    """Where a branch for a class of ``file`` goes: the target, unless that is another file and a model class of the
+    owner's MRO lives in ``file`` itself (then that class's ``_init_weights``: no file has to import one that imports it)."""
+    from transformers import PreTrainedModel
+
+    if target[0] == file:
+        return target
+    for klass in type(owning_module(model, module_name)).__mro__:
+        if isinstance(klass, type) and issubclass(klass, PreTrainedModel) and _remote_file(klass, original) == file:
+            return file, klass.__name__
+    return target
+
+
+def _init_weights_owner(model: Any, module_name: str, original: dict[str, str]) -> tuple[str, str] | None:
+    """``(file, class)`` of the model code whose ``_init_weights`` transformers calls for the module ``module_name``:
+    the nearest ``PreTrainedModel`` above it, the first class of its MRO that defines ``_init_weights`` when that is the
+    model's own code, else the base-most class of the model's own code (which gets one)."""
+    from transformers import PreTrainedModel
+
+    mro = [k for k in type(owning_module(model, module_name)).__mro__ if k is not object]
+    definer = next((k for k in mro if "_init_weights" in vars(k)), None)
+    if definer is not None and (file := _remote_file(definer, original)) is not None:
+        return file, definer.__name__
+    own = [k for k in mro if _remote_file(k, original) is not None and issubclass(k, PreTrainedModel)]
+    if not own:
+        return None
+    return _remote_file(own[-1], original), own[-1].__name__
+
+
+def split_location(location: str) -> tuple[str, int]:
+    file, _, line = location.rpartition(":")
+    return file, int(line)
+
+
+def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: list[str]) -> Plan:
+    """The edits that answer ``report``'s failures on ``model`` (loaded from ``folder``) and the workarounds in
+    ``workaround_names`` (those the load needed)."""
+    from .. import workarounds as registry
+
+    plan = Plan(sources(folder))
+    config = json.loads(plan.original.get("config.json", "{}"))
+    _workaround_edits(plan, [registry.get(n) for n in workaround_names], config, model)
+    untied = tuple(f.tensor for f in report.failures if f.check == "tied_weights")
+    if untied and _TIES not in workaround_names:  # a v4 tie list the load read without failing: the same edit answers it
+        _workaround_edits(plan, [registry.get(_TIES)], config, model, untied, quiet=True)
+    branches: dict[tuple[str, str], list[_codemod.Branch]] = {}
+    keep: dict[tuple[str, str], set[str]] = {}
+    overwritten: dict[tuple[str, str], list[str]] = {}
+    meta = {(f.location, f.tensor.rpartition(".")[2]) for f in report.failures if f.status == "on_meta"}
+    seen: dict[tuple[str, str], tuple[tuple[str, str], _codemod.Branch] | str] = {}  # (where, branch), or why there is none
+    answered = {t for c in plan.changes for t in c.tensors}
+    for finding in report.failures:
+        if finding.tensor in answered:
+            continue
+        attribute = finding.tensor.rpartition(".")[2]
+        target = _init_weights_owner(model, finding.module, plan.original)
+        if target is None:
+            plan.refused.append(Refusal(finding.tensor, finding.status, "the _init_weights transformers calls for it is transformers' own code: an upstream change (result.upstream; `loadguard audit --reproducer DIR` writes it as transformers-upstream.diff)", finding.location))
+            continue
+        if finding.status == "overwritten":
+            overwritten.setdefault(target, []).append(finding.tensor)
+            continue
+        if finding.status not in RECOMPUTED or (finding.kind == "parameter" and finding.check != "missing_key") or (finding.persistent and finding.kind == "buffer"):
+            plan.refused.append(Refusal(finding.tensor, finding.status, f"{finding.check}: the checkpoint holds its value; no code edit recomputes it", finding.location))
+            continue
+        if finding.location is None:
+            plan.refused.append(Refusal(finding.tensor, finding.status, "no line of the model's code was recorded making it", None))
+            continue
+        file, line = split_location(finding.location)
+        if file not in plan.original:
+            plan.refused.append(Refusal(finding.tensor, finding.status, f"made in {file}, outside the model's folder (transformers' own code: an upstream change)", finding.location))
+            continue
+        key = (finding.location, attribute)
+        if key not in seen:
+            placed = _beside(model, finding.module, file, target, plan.original)
+            try:
+                live = model.get_submodule(finding.module)
+                parameter = _codemod.init_weights_parameter(plan.source(placed[0]), placed[1]) or "module"
+                made = _codemod.recompute(plan.original[file], line, attribute, finding.kind, on_meta=key in meta, init_param=parameter,
+                                          available=frozenset(n for n in ("config",) if hasattr(live, n)))
+            except _codemod.Refused as why:
+                seen[key] = f"{why}: recompute it in _init_weights by hand"
+            else:
+                seen[key] = (placed, dataclasses.replace(made, tensors=()))
+                branches.setdefault(placed, []).append(seen[key][1])
+                keep.setdefault((file, made.cls), set()).update(made.keep)
+        if isinstance(seen[key], str):
+            plan.refused.append(Refusal(finding.tensor, finding.status, seen[key], finding.location))
+            continue
+        _answered(branches[seen[key][0]], seen[key][1], finding.tensor)
+    for (file, cls), names in keep.items():
+        if names:
+            _edit(plan, file, lambda s, c=cls, n=sorted(names): _codemod.keep_arguments(s, c, n), Change(file, "keep_arguments", f"{cls}.__init__ keeps {', '.join(sorted(names))} so _init_weights can recompute from it"))
+    for (file, cls), tensors in overwritten.items():
+        guarded = _edit(plan, file, lambda s, c=cls: _codemod.guard_writes(s, c)[0],
+                        Change(file, "guard_overwrites", f"{cls}._init_weights leaves tensors the checkpoint loaded alone (transformers 5's _is_hf_initialized flag)", tuple(tensors)))
+        if not guarded:
+            plan.refused += [Refusal(t, "overwritten", f"{cls}._init_weights has no in-place write loadguard can guard: the write is elsewhere", None) for t in tensors]
+    for (file, cls), found in branches.items():
+        add_branches_to_plan(plan, file, cls, _codemod.merge(found))
+    return plan
+
+
+def _answered(found: list[_codemod.Branch], branch: _codemod.Branch, tensor: str) -> None:
+    """Record ``tensor`` as answered by ``branch`` (several tensors, aliases or layers, share one line)."""
+    for index, known in enumerate(found):
+        if known.statements == branch.statements and known.cls == branch.cls and tensor not in known.tensors:
+            found[index] = dataclasses.replace(known, tensors=known.tensors + (tensor,))
+            return
+
+
+def _edit(plan: Plan, file: str, how, change: Change) -> bool:
+    try:
+        before = plan.source(file)
+        plan.edit(file, how(before))
+    except _codemod.Refused as why:
+        plan.refused += [Refusal(t, "", str(why)) for t in change.tensors]
+        return False
+    if plan.source(file) != before:
+        plan.changes.append(change)
+        return True
+    return False
+
+
+def add_branches_to_plan(plan: Plan, file: str, cls: str, branches: list[_codemod.Branch]) -> None:
+    """The branches into ``cls._init_weights`` of ``file``, with the imports they need there."""
+    imports = ["import torch"]
+    for branch in branches:
+        defining = _defining_file(plan, branch.cls)
+        for name in sorted(branch.globals | {branch.cls}):
+            if name not in _codemod.bound_names(plan.source(file)) and defining is not None:
+                statement = _codemod.import_of(plan.original[defining], name, Path(defining).stem)
+                if statement is not None:
+                    imports.append(statement)
+    tensors = tuple(t for b in branches for t in b.tensors)
+    text = _codemod.ensure_imports(plan.source(file), imports)
+    try:
+        text = _codemod.add_branches(text, cls, branches)
+    except _codemod.Refused as why:
+        plan.refused += [Refusal(t, "", str(why)) for t in tensors]
+        return
+    plan.edit(file, text)
+    for branch in branches:
+        plan.changes.append(Change(file, "recompute", f"{cls}._init_weights recomputes {', '.join(dict.fromkeys(t.rpartition('.')[2] for t in branch.tensors))} of {branch.cls} as its __init__ makes it", branch.tensors))
+
+
+def _defining_file(plan: Plan, cls: str) -> str | None:
+    return next((name for name, text in plan.original.items() if name.endswith(".py") and cls in _codemod.bound_names(text)
+                 and f"class {cls}" in text), None)
+
+
+def _workaround_edits(plan: Plan, items: list, config: dict, model: Any, tensors: tuple[str, ...] = (), quiet: bool = False) -> None:
+    """The source fix of each workaround in ``items``; ``tensors``: findings it answers too (``quiet``: finding nothing to
+    change is no refusal: the findings are refused on their own)."""
+    for item in items:
+        fix = item.source_fix
+        if fix is None or isinstance(fix, str):
+            plan.refused.append(Refusal("", "", f"workaround {item.name}: {fix or 'declares no source fix'}"))
+            continue
+        try:
+            changed, description = fix({name: plan.source(name) for name in plan.original}, config, model)
+        except _codemod.Refused as why:
+            plan.refused.append(Refusal("", "", f"workaround {item.name}: {why}"))
+            continue
+        for name, text in changed.items():
+            if text == plan.source(name):
+                continue
+            plan.edit(name, text)
+            plan.changes.append(Change(name, "workaround", description, tensors, item.name))
+        if not changed and not quiet:
+            plan.refused.append(Refusal("", "", f"workaround {item.name}: its source fix found nothing to change in the model's files"))
+
+
+__all__ = ["Change", "Plan", "Refusal", "plan_fix", "sources"]
