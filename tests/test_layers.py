@@ -32,6 +32,41 @@ LEVELS: list[tuple[str, ...]] = [
 # Edges that point up, each with the reason it must. Empty: the house has none.
 DECLARED_UPWARD: dict[tuple[str, str], str] = {}
 
+# Imports inside a function body. Third-party libraries that cost start-up (kept out of `import loadguard`,
+# `loadguard --help` and the plugin that every pytest run in the environment loads: torch alone is ~1 s):
+DEFERRED_LIBRARIES: dict[str, str] = {
+    "torch": "~1.4 s to import (measured on the CI machine): never on `import loadguard`, `--help`, a usage error or a "
+    "pytest run that does not ask for loadguard",
+    "transformers": "imports torch (~0.7 s more)",
+    "accelerate": "imports torch",
+    "libcst": "~0.2 s: only `fix` and the source workarounds edit code",
+    "numpy": "~0.1 s: only a few checks need it",
+    "PIL": "zoo images only: `loadguard env` and the zoo's text models work without Pillow",
+    "ray": "optional extra (loadguard[ray]): imported where it is used, its absence said there",
+    "uv": "optional extra (loadguard[matrix]): without it, a uv on PATH",
+    "ctypes": "Linux only (prctl), tried where it is used",
+    "tomllib": "Python 3.11 on; 3.10 reads the tomli backport instead",
+    "tomli": "tomllib's backport, on Python 3.10 only",
+}
+# Modules that defer imports of loadguard's own rooms or of the standard library, and why.
+DEFERRED_MODULES: dict[str, str] = {
+    "cli": "each command's module loads when the command runs, not on `loadguard --help`",
+    "cli.*": "a command's body loads what it runs: `loadguard <command> --help` loads no torch",
+    "pytest_plugin": "the plugin loads in every pytest run: what loads a model waits for a loadguard option",
+    "pytest_plugin.*": "the plugin loads in every pytest run: what loads a model waits for a loadguard option",
+    "formats": "a format's module loads when it is rendered",
+    "executors": "an executor's module (Ray's) loads when it is chosen",
+    "_scan.fleet": "loaded by `scan --help`: the scan itself loads when a fleet runs",
+    "workarounds._source_fixes": "registered with every workaround (a usage error's path included): the code edits "
+    "(_codemod: libcst, ~0.2 s) load when a source fix runs",
+    "workarounds.remote_code": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
+    "workarounds.transformers_v4": "registered with every workaround: the v4 mask helpers (torch) load when one runs",
+    "workarounds.v4_names": "registered with every workaround: the v4 mask helpers (torch) load when one runs",
+    "_fix.prove": "runs alone under transformers 4.57 (`python -m loadguard._fix.prove`): the workarounds it applies "
+    "load only when asked",
+}
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -242,6 +277,33 @@ def test_no_private_name_crosses_a_module():
 
 def _matches(module: str, pattern: str) -> bool:
     return module == pattern or (pattern.endswith(".*") and module.startswith(pattern[:-1]))
+
+
+def test_imports_sit_at_the_top_unless_deferred_says_why():
+    wrong, used_libraries, used_modules = [], set(), set()
+    for module in _modules():
+        tree = _tree(module)
+        skip = _type_checking(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    if not isinstance(inner, (ast.Import, ast.ImportFrom)) or id(inner) in skip:
+                        continue
+                    if isinstance(inner, ast.ImportFrom):
+                        top = "loadguard" if inner.level else (inner.module or "").split(".")[0]
+                    else:
+                        top = inner.names[0].name.split(".")[0]
+                    if top in DEFERRED_LIBRARIES:
+                        used_libraries.add(top)
+                        continue
+                    allowed = [p for p in DEFERRED_MODULES if _matches(module, p)]
+                    if allowed:
+                        used_modules.update(allowed)
+                        continue
+                    wrong.append(f"loadguard.{module}:{inner.lineno} {ast.unparse(inner)}")
+    assert wrong == [], "move these to the module's top, or say why in DEFERRED_LIBRARIES / DEFERRED_MODULES"
+    assert sorted(set(DEFERRED_LIBRARIES) - used_libraries) == []
+    assert sorted(set(DEFERRED_MODULES) - used_modules) == []
 
 
 def test_no_import_circles():

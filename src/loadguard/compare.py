@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._infra import observers
+
 __all__ = ["ComparisonResult", "PromptComparison", "check_logprobs_close", "check_outputs_equal"]
 
 
@@ -94,7 +96,6 @@ def _matched_prefix(ids_0: Sequence[int], ids_1: Sequence[int]) -> int:
 
 
 def _notify(kind: str, outputs_0_lst, outputs_1_lst, result: ComparisonResult, tolerance: float | None) -> None:
-    from ._infra import observers
 
     observers.notify("compare", kind=kind, outputs_0=outputs_0_lst, outputs_1=outputs_1_lst, result=result, tolerance=tolerance)
 

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from . import checks
+from .._files import Checkpoint, KeyMap, PageOracle, local_snapshot, map_keys
+from .._hf import Offloaded, Replay, initialization, ran_initialization
+from .._hf import loading_info as loading
 from .._hf import ties as tie_module
-from .._files import Checkpoint
-from .._files import KeyMap, map_keys
-from .checks import Check
-from ..report import Status
-from .where import explained, located
 from ..errors import LoadguardError
-from .._files import PageOracle
-from .._hf import Replay, initialization, ran_initialization
+from ..report import AuditReport, CheckSummary, Finding, Status
+from . import checks
+from .checks import Check
 from .inventory import Inventory
 from .reference import Reference, build_reference, persistent_buffers_needed
-from ..report import AuditReport, CheckSummary, Finding
+from .where import explained, located
 
 
 @dataclass
@@ -78,7 +77,6 @@ def _resolve_checkpoint(model: nn.Module, checkpoint: Any) -> tuple[Checkpoint |
         if name == type(model).__name__:
             return None, "no checkpoint folder: the model was not loaded from one (a state dict, a config, a model built in memory); pass checkpoint=PATH"
         return None, "no checkpoint given and the model's name_or_path is not a local folder (pass checkpoint=PATH)"
-    from .._files import local_snapshot
 
     snapshot = local_snapshot(str(checkpoint)) if isinstance(checkpoint, (str, os.PathLike)) else None
     return Checkpoint.open(snapshot or Path(checkpoint)), ""  # a Hub id: the snapshot its load fetched into the HF cache
@@ -98,7 +96,6 @@ def resolve_reference(model: nn.Module, reference: Any, persistent_buffers: bool
 
 
 def _offloaded(finding: Finding, offload) -> Finding:
-    import dataclasses
 
     where = offload.where(finding.tensor)
     return dataclasses.replace(finding, device=f"offloaded ({where})", detail=f"{finding.detail} (as accelerate's hook loads it from {where})")
@@ -107,7 +104,6 @@ def _offloaded(finding: Finding, offload) -> Finding:
 def _hook_reads_the_checkpoint(offload, name: str, checkpoint: Checkpoint, key: str) -> bool:
     """The offload hook reads ``name`` from the very file and tensor the checkpoint holds as ``key`` (and casts
     it as a load would): what it loads is the checkpoint's value, without reading it."""
-    import os
 
     source = offload.source(name)
     where = checkpoint.location(key)
@@ -231,8 +227,6 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
         report = loadguard.audit(model)
         assert report.ok, [f.tensor for f in report.failures]
     """
-    from .._hf import loading_info as loading
-    from .._hf import Offloaded
 
     info = loading.LoadingInfo.from_transformers(loading_info) if loading_info is not None else loading.of(model)
     info = info or loading.LoadingInfo()

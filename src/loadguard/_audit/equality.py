@@ -3,6 +3,8 @@ across threads, casts made a slice at a time (no full-size temporary). What the 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 
 # Elements per slice when the checkpoint's dtype or device differs from the loaded tensor's: the cast (and the
@@ -16,7 +18,6 @@ _POOL = None
 def _pool():
     global _POOL
     if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
 
         _POOL = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="loadguard-compare")
     return _POOL

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _hf
+from .. import _files, _hf
+from .. import workarounds as registry
+from .._hf import poison as poison_context
 from .._infra import observers
 from ..errors import BrokenModelError, InvalidOptionError, LoadguardWarning
-from .._hf import poison as poison_context
-from .repairing import repair
 from ..report import AuditReport, RepairResult
-from .. import _files
+from .repairing import repair
 from .workaround_audit import audit_after_load
 
 POLICIES = ("repair", "raise", "warn")
@@ -37,7 +38,6 @@ def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = 
     With ``"auto"`` among ``workarounds``, a load that fails with a failure a ``before_import`` workaround
     declares is retried with that workaround (once per newly matched workaround, never silently: each
     outcome says which failure chose it)."""
-    from .. import workarounds as registry
 
     # an after_load workaround is stale when its targets come out right: decided on leftover memory, a freed copy of
     # the right table (the reference build's, an earlier load's) would make it look stale; under poison it cannot
@@ -99,7 +99,6 @@ def load(
     """
     if on_problem not in POLICIES:
         raise InvalidOptionError(f"on_problem={on_problem!r} is not a policy", f"use one of: {', '.join(POLICIES)}")
-    from .. import workarounds as registry
 
     chosen = registry.resolve(workarounds)
     token = observers.inside_load.set(True)
@@ -131,7 +130,6 @@ def held(report: AuditReport, result: RepairResult | None) -> AuditReport:
     ``method`` says what was repaired; the workaround outcomes kept), else ``report``."""
     if result is None or not result.ok:
         return report
-    import dataclasses
 
     return dataclasses.replace(result.after, workarounds=report.workarounds)
 

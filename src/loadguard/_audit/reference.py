@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +21,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .. import workarounds as registry
+from .._files import folder_of, local_config
+from .._hf import large_tensors_on_meta, meta_writes_skipped, named, recording, uninitialized_tensors_on_meta
 from ..errors import ReferenceBuildError
 from .inventory import Inventory
 
@@ -88,12 +93,10 @@ def _large_persistent_buffers_on_meta() -> Iterator[None]:
 def _construct(model_class: type, config, persistent_buffers: bool = True, origins: dict | None = None) -> nn.Module:
     from accelerate import init_empty_weights
 
-    from .._hf import large_tensors_on_meta, meta_writes_skipped, uninitialized_tensors_on_meta
 
     # accelerate creates each parameter on CPU before moving it to meta: parameters (torch.empty) are created on
     # meta directly instead, so a 1T-parameter model's reference allocates nothing for them (fused experts of
     # 25-77 GB would fail to allocate); initializing meta parameters does nothing, so it is skipped
-    from .._hf import recording
 
     persistent = contextlib.nullcontext() if persistent_buffers else _large_persistent_buffers_on_meta()
     recorded = recording(origins) if origins is not None else contextlib.nullcontext()
@@ -144,7 +147,6 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
         ref.values["resampler.pos_embed"]     # what __init__ computed
         ref.unverifiable                        # {"name": "why it cannot be checked"}
     """
-    import time
 
     config = getattr(model, "config", None)
     model_class = type(model)
@@ -160,9 +162,6 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
             if key in _cache:
                 _cache.move_to_end(key)
                 return _cache[key]
-    from .._files import folder_of, local_config
-    from .._hf import named
-    from .. import workarounds as registry
 
     start = time.perf_counter()
     names = list(getattr(model, registry.CONSTRUCTION_ATTRIBUTE, ()))
@@ -228,7 +227,6 @@ def config_fingerprint(config) -> str:
     ``to_dict`` / JSON, which a model's config class may override or break: a ``torch.dtype``, a set, a NaN, a
     non-string key, a sub-config that is an object). Values with no stable form are keyed by identity: a cache miss,
     never a wrong hit."""
-    import hashlib
 
     digest = hashlib.sha256()
     _feed(digest, config, set(), 0)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .._hf import Offloaded
+from .._hf import ties as tie_module
+from ..report import AuditReport, RepairResult, Unrepaired
 from .auditing import audit
 from .checks import Check
 from .inventory import Inventory
-from ..report import AuditReport, RepairResult, Unrepaired
-from .._hf import ties as tie_module
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,6 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
     reference = context.reference if context is not None else None
     checkpoint = context.checkpoint if context is not None else None
     key_map = context.key_map if context is not None else None
-    from .._hf import Offloaded
 
     inventory = Inventory(model)
     offload = Offloaded(model)
@@ -116,7 +117,6 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
     after = audit(model, checkpoint if checkpoint is not None else False, reference=reference)
     repaired = tuple(name for plan in plans for name in plan.names) + tuple(target for target, _ in retie)
     if repaired:  # the re-audit says how the model got the values it now holds
-        import dataclasses
 
         shown = ", ".join(repaired[:5]) + (f" and {len(repaired) - 5} more" if len(repaired) > 5 else "")
         after = dataclasses.replace(after, method="; ".join(filter(None, (after.method, f"repaired by loadguard.repair: {shown}"))))

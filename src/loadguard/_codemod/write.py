@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from .nodes import after_docstring, bound_names, class_named, code_of, import_of, indented, method_named, module_names, parameters_of
 from .read import Branch, Refused
-from .nodes import after_docstring, class_named, code_of, indented, method_named, parameters_of, bound_names, import_of, module_names
 
 
 def merge(branches: list[Branch]) -> list[Branch]:

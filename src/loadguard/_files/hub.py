@@ -19,8 +19,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlparse
 
-from .preflight import HUB_ID
+from huggingface_hub import constants, hf_hub_url, snapshot_download, try_to_load_from_cache
+from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import build_hf_headers, get_session
+
+from .._infra import cache_folder, inside, write_atomically
 from ..errors import HubAccessError, HubUnreachableError, LoadguardError, ModelNotFoundError
+from .checkpoint import shard_names
+from .preflight import HUB_ID
 
 ATTEMPTS = 4
 """Tries of one Hub call that failed in a way worth retrying (429, 5xx, a dropped or stalled connection)."""
@@ -65,7 +71,6 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 
 def _retryable(error: BaseException) -> bool:
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     chain = _chain(error)
     if any(isinstance(e, (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError)) for e in chain):
@@ -103,7 +108,6 @@ def local_snapshot(text: str) -> Path | None:
     id the cache does not hold: what an audit reads the checkpoint from."""
     if os.path.exists(text) or not is_hub_id(text):
         return None
-    from huggingface_hub import try_to_load_from_cache
 
     name, revision = split_id(text)
     found = try_to_load_from_cache(name, "config.json", revision=revision)
@@ -111,7 +115,6 @@ def local_snapshot(text: str) -> Path | None:
 
 
 def _cache_blobs(repo_id: str) -> Path:
-    from huggingface_hub import constants
 
     return Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "blobs"
 
@@ -124,7 +127,6 @@ def _blob_bytes(repo_id: str) -> int:
 def snapshot(repo_id: str, revision: str | None, patterns: list[str], offline: bool, fetched: Fetched) -> Path:
     """The repository's files matching ``patterns`` at ``revision`` in the standard HF cache (fetched once; offline:
     the cache only). ``fetched`` gets the bytes this call added to the cache and the commit."""
-    from huggingface_hub import snapshot_download
 
     before = _blob_bytes(repo_id)
     try:
@@ -137,7 +139,6 @@ def snapshot(repo_id: str, revision: str | None, patterns: list[str], offline: b
 
 
 def _headers_cache(repo_id: str, commit: str) -> Path:
-    from .._infra import cache_folder
 
     return cache_folder("hub-headers") / repo_id.replace("/", "--") / commit
 
@@ -145,8 +146,6 @@ def _headers_cache(repo_id: str, commit: str) -> Path:
 def _range(url: str, start: int, end: int, fetched: Fetched) -> bytes:
     """Bytes ``start..end`` of the file at ``url``: the token goes to the configured endpoint only; a redirect to
     another host (the CDN) is followed without it."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import build_hf_headers, get_session
 
     endpoint = urlparse(constants.ENDPOINT).netloc
     headers = build_hf_headers()
@@ -170,9 +169,7 @@ def _range(url: str, start: int, end: int, fetched: Fetched) -> bytes:
 
 def safetensors_header(repo_id: str, commit: str, filename: str, fetched: Fetched) -> dict:
     """One file's safetensors header (its JSON), by two range reads; kept by commit in loadguard's cache."""
-    from huggingface_hub import hf_hub_url
 
-    from .._infra import inside
 
     root = _headers_cache(repo_id, commit)
     kept = inside(root, root / f"{filename}.json", "a safetensors header's cache file")
@@ -185,7 +182,6 @@ def safetensors_header(repo_id: str, commit: str, filename: str, fetched: Fetche
         raise ValueError(f"{filename}: its first 8 bytes are not the length of a safetensors header")
     header = json.loads(retried(lambda: _range(url, 8, 8 + length - 1, fetched)))
     kept.parent.mkdir(parents=True, exist_ok=True)
-    from .._infra import write_atomically
 
     write_atomically(kept, json.dumps(header))
     return header
@@ -193,7 +189,6 @@ def safetensors_header(repo_id: str, commit: str, filename: str, fetched: Fetche
 
 def weight_files(folder: Path) -> list[str] | None:
     """The safetensors files a snapshot's index names (or the single file, when the repository lists one)."""
-    from .checkpoint import shard_names
 
     index = folder / "model.safetensors.index.json"
     return sorted(shard_names(index)) if index.is_file() else None  # plain file names only: each names a cache file below
@@ -221,7 +216,6 @@ _UNREACHABLE = ("connecterror", "connectionerror", "name or service not known", 
 def failure(repo_id: Any, error: BaseException, offline: bool, revision: str | None = None) -> LoadguardError:
     """A Hub id that could not be fetched, in one line that says which of these it is: offline or unreachable (nothing
     cached), gated or private (``HF_TOKEN``), no such repository, no such revision, or the Hub failing (5xx, 429)."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     chain = _chain(error)
     text = " | ".join(f"{type(e).__name__}: {e}".lower() for e in chain)

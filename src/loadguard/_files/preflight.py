@@ -9,7 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import ModelConfigError, ModelNotFoundError, RemoteCodeNotTrustedError
+from .._infra import named, unreadable_because
+from ..errors import HubUnreachableError, ModelConfigError, ModelNotFoundError, RemoteCodeNotTrustedError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -37,8 +38,6 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as error:
-        from .._infra import named, unreadable_because
-
         raise ModelConfigError(f"{named(config_file, folder)} is not valid JSON ({unreadable_because(error)})", "fix or re-save the config") from None
     auto_map = config.get("auto_map") or {}
     if auto_map and not trust_remote_code:
@@ -67,7 +66,6 @@ def missing(text: str) -> ModelNotFoundError | None:
     name = text.rpartition("@")[0] if "@" in text else text  # org/name@revision
     if HUB_ID.match(name):
         if hub_offline() and not _cached(name):
-            from ..errors import HubUnreachableError
 
             return HubUnreachableError(f"{text} is not a local folder, not in the Hugging Face cache, and the Hub cannot be reached (offline: HF_HUB_OFFLINE is set)",
                                        "download the model first (hf download) and pass its local folder, or unset HF_HUB_OFFLINE")

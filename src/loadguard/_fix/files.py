@@ -10,8 +10,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .._infra import leaving
-from .._infra import cell
+from huggingface_hub import snapshot_download
+
+from .._files import HUB_ID, failure, hub_offline
+from .._infra import cell, leaving, remove_tree
+from ..errors import InvalidOptionError, ModelNotFoundError
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
 DIFF = "loadguard-fix.diff"
@@ -21,16 +24,12 @@ NOTES = "LOADGUARD_FIX.md"
 def model_folder(target: str) -> Path:
     """The local folder of ``target``: itself, or a Hub id's snapshot in the standard Hugging Face cache (fetched once;
     the fixed copy links the weights there, where they stay)."""
-    from .._files import HUB_ID, hub_offline
-    from .._files import failure
-    from ..errors import ModelNotFoundError
 
     folder = Path(target)
     if folder.exists() or not HUB_ID.match(str(target)):
         if not folder.is_dir():
             raise ModelNotFoundError(f"{target} is not a model folder", "pass the folder holding config.json and the model's code, or a Hub id")
         return folder
-    from huggingface_hub import snapshot_download
 
     try:
         return Path(snapshot_download(str(target)))
@@ -47,7 +46,6 @@ def _link(source: Path, target: Path) -> None:
 
 
 def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -> None:
-    from ..errors import InvalidOptionError
 
     target.mkdir(parents=True, exist_ok=True)
     for entry in sorted(source.iterdir()):
@@ -77,8 +75,6 @@ def stage(folder: Path, out: Path, patched: dict[str, str], diff: str) -> Path:
         _copy_tree(folder, staging, patched, folder)
         (staging / DIFF).write_text(diff)
     except BaseException:
-        from .._infra import remove_tree
-
         remove_tree(staging.parent, staging, "the fix being staged")  # a copy refused halfway leaves nothing
         raise
     return staging

@@ -31,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._infra import procs
-from .plan import Change, Refusal
-from .files import publish, stage
-from ..errors import FolderNotEmptyError, InvalidOptionError
-from ..report import Finding
 from .. import _audit
+from .. import workarounds as registry
+from .._audit import audit, load_unaudited
+from .._infra import envs, forks, procs, remove_tree
+from ..errors import FolderNotEmptyError, InvalidOptionError, LoadguardError, ModelNotFoundError
+from ..report import Finding
+from .files import publish, stage
+from .plan import Change, Refusal, plan_fix
+from .upstream import upstream_patch
 
 COMPAT_VERSION = "4.57.6"
 """The oldest transformers 4 loadguard supports: where proof (b) runs."""
@@ -109,9 +112,6 @@ def fix(
     ``workarounds``: what the load of the *original* may use (``"auto"``: the ones its failures call for); each one the
     load needed is replaced by the source edit it stands for, so the patched copy needs none. ``verify=False`` skips
     both proofs (the result says ``unverified``)."""
-    from .. import workarounds as registry
-    from .plan import plan_fix
-    from .._audit import load_unaudited
 
     folder, target = Path(path), Path(out)
     _check_paths(folder, target)
@@ -125,7 +125,6 @@ def fix(
     if not findings and not needed:
         return FixResult(str(path), None, "clean", findings, needed, (), (), (), "", dict(report.versions), seconds)
     plan = plan_fix(model, report, folder, list(needed))
-    from .upstream import upstream_patch
 
     upstream = upstream_patch(model, report)
     del model
@@ -149,8 +148,6 @@ def fix(
             publish(staging, target, result)
         return result
     finally:
-        from .._infra import remove_tree
-
         if staging.exists():
             remove_tree(staging.parent, staging, "the fix being proven")
 
@@ -166,7 +163,6 @@ def _status(verify: bool, proofs: tuple[Proof, ...], refused: list[Refusal]) -> 
 
 
 def _check_paths(folder: Path, target: Path) -> None:
-    from ..errors import ModelNotFoundError
 
     if not folder.is_dir():
         raise ModelNotFoundError(f"{folder} is not a model folder", "pass the folder holding config.json and the model's code (a Hub id: download it first)")
@@ -209,9 +205,6 @@ def _run_json(command: list[str], env: dict | None = None, timeout: float = 900)
 def _audit_patched(arguments: tuple[str, str | None]) -> dict:
     """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
     leftover memory poisoned, no workaround, then audited."""
-    from .._audit import audit
-    from ..errors import LoadguardError
-    from .._audit import load_unaudited
 
     folder, auto_class = arguments
     try:
@@ -226,7 +219,6 @@ def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Ref
     (or, for a partial fix, fails only where the plan said a person must act)."""
     import transformers
 
-    from .._infra import forks
 
     if forks.available():
         (outcome,) = forks.run(_audit_patched, [(str(staging), auto_class)], timeout=1800)
@@ -259,7 +251,6 @@ def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Ref
 
 def _unchanged_before_v5(folder: Path, staging: Path, version: str, workarounds: tuple[str, ...]) -> Proof:
     """(b): under transformers ``version`` the patched copy loads to the same tensors and first forward as the original."""
-    from .._infra import envs
 
     environment = envs.environment(version)
     if not environment.ok:

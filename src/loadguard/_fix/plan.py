@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _codemod
+from .. import workarounds as registry
 from .._infra import source_path
 from ..report import AuditReport
 
@@ -150,7 +151,6 @@ def split_location(location: str) -> tuple[str, int]:
 def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: list[str]) -> Plan:
     """The edits that answer ``report``'s failures on ``model`` (loaded from ``folder``) and the workarounds in
     ``workaround_names`` (those the load needed)."""
-    from .. import workarounds as registry
 
     plan = Plan(sources(folder))
     config = json.loads(plan.original.get("config.json", "{}"))

@@ -10,6 +10,7 @@ written against an older torch fails to import even on transformers 4): the patc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -27,7 +28,6 @@ def _tensors(model) -> dict:
 
 
 def _load(folder: str, workarounds: list[str] | None = None):
-    import contextlib
 
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM

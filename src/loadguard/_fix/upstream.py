@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import _codemod
-from .plan import RECOMPUTED, Plan, add_branches_to_plan, owning_module, split_location, class_file
+from .._codemod import init_weights_parameter
 from ..report import AuditReport
+from .plan import RECOMPUTED, Plan, add_branches_to_plan, class_file, owning_module, split_location
 
 
 def _transformers_file(cls: type) -> str | None:
@@ -30,7 +31,6 @@ def upstream_patch(model: Any, report: AuditReport) -> str:
     failing tensor made by transformers' own code (as ``fix`` does for a model's code); "" when there is none."""
     import transformers
 
-    from .._codemod import init_weights_parameter
 
     root = Path(transformers.__file__).resolve().parent.parent
     plan = Plan({})

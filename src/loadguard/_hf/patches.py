@@ -25,13 +25,17 @@ self-check (:mod:`loadguard._scan.selfcheck`) proves each version the first time
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 from collections.abc import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .writes import InitWrites, storage_of, WriteRecorder
 from ..errors import ScanError
+from .ties import saved_state_dict
+from .writes import InitWrites, WriteRecorder, storage_of
+
 
 class Weightless(torch.Tensor):
     """A meta tensor with a checkpoint key's shape and dtype that stays on meta wherever it is moved."""
@@ -95,7 +99,6 @@ def complete_keys_from_the_model() -> Iterator[bool]:
 
     def fill(model, state_dict) -> None:
         if isinstance(state_dict, CompleteKeys) and not state_dict:
-            from .ties import saved_state_dict
 
             for key, value in (saved_state_dict(model) if state_dict.saved else model.state_dict()).items():
                 state_dict[key] = Weightless(value.shape, value.dtype)
@@ -285,8 +288,6 @@ def return_freed_memory() -> bool:
     threshold (up to 32 MiB) and serves later allocations from the heap, which it keeps resident after they are
     freed: measured 450-630 MB of resident memory after constructing a 1T-parameter DeepseekV3 shape, 10 MB
     with the threshold fixed. Returns whether it could be set (glibc only)."""
-    import ctypes
-    import ctypes.util
 
     name = ctypes.util.find_library("c")
     if not name:

@@ -12,8 +12,11 @@ from typing import Any
 
 import torch
 
-from .._files import hub_offline
-from ..errors import EagerAttentionNeededError, InvalidOptionError, LoadguardError, ModelConfigError, ModelNotFoundError, RemoteCodeImportError, RemoteCodeNotTrustedError, fixes_hint
+from .. import workarounds as registry
+from .._files import Checkpoint, failure, hub_offline
+from ..errors import CheckpointError, EagerAttentionNeededError, InvalidOptionError, LoadguardError, ModelConfigError, ModelNotFoundError, RemoteCodeImportError, RemoteCodeNotTrustedError, fixes_hint
+from . import loading_info
+from .noise import collected
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,8 +51,6 @@ def check_checkpoint(path: str | os.PathLike) -> None:
 
     A folder without weights passes: ``from_pretrained`` says what it expected there.
     """
-    from .._files import Checkpoint
-    from ..errors import CheckpointError
 
     if not Path(path).is_dir():
         return
@@ -82,7 +83,6 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
     model_keys = [k for k in auto_map if k.startswith("AutoModel") and hasattr(transformers, k)]
     removed = [k for k in auto_map if k.startswith("AutoModel") and not hasattr(transformers, k)]
     if removed and not model_keys:
-        from .. import workarounds as registry
 
         error = ModelConfigError(
             f"the model's auto_map names only auto classes this transformers removed ({', '.join(removed)}): "
@@ -123,7 +123,6 @@ def through_the_base(record: BaseCall) -> Iterator[BaseCall]:
     the model and the info. Loads nested inside it (a sub-model a constructor loads) pass through untouched."""
     from transformers import PreTrainedModel
 
-    from . import loading_info
 
     original = PreTrainedModel.__dict__["from_pretrained"]
 
@@ -155,9 +154,7 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     (:mod:`loadguard._hf.loading_info`: the evidence of what was not loaded on purpose); every failure becomes a
     :class:`LoadguardError`, naming the registered workarounds that fix it (other than those in ``active_workarounds``).
     A model class whose own ``from_pretrained`` delegates to transformers' sees the return value it expects."""
-    from . import loading_info
 
-    from .noise import collected
 
     kwargs.pop("output_loading_info", None)  # asked for on the base call; the caller gets the model (its info kept on it)
     try:
@@ -177,7 +174,6 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
     """Say what a failed ``from_pretrained`` (or construction) means and what to do about it."""
     import transformers
 
-    from .. import workarounds as registry
 
     text = str(error).split("\n")[0]
     if device_map is not None and "is on the meta device, we need a `value` to put in on" in text:
@@ -220,7 +216,6 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
     if "trust_remote_code" in text:
         return RemoteCodeNotTrustedError(f"{path} needs its own code to load and it was not trusted", "pass --trust-remote-code if you trust it")
     if isinstance(error, OSError) and ("offline" in text.lower() or "connect" in text.lower() or "couldn't" in text.lower()):
-        from .._files import failure
 
         return failure(path, error, hub_offline())
     if isinstance(error, OSError) and "is not a local folder and is not a valid model identifier" in text:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .writes import CannotHoldBack, InitWrites, storage_of, WriteRecorder
+from .writes import CannotHoldBack, InitWrites, WriteRecorder, storage_of
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,13 @@ source is the only way to see it (transformers' loading report lists it as neith
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from .replay import v4_ties
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,6 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
     are expected tied; where it cannot run on this transformers (it calls a 4.x helper that is gone), a listed
     embedding table is expected tied to the shared input embeddings, as such code does. Only weights: a listed bias
     follows other rules, and is left alone."""
-    from .replay import v4_ties
 
     try:
         embeddings = module.get_input_embeddings()
@@ -120,7 +122,6 @@ def left_out_by_save(model: nn.Module) -> set[str]:
     """The keys a ``save_pretrained`` of this code leaves out of its checkpoint, as transformers 4.x and 5.x both
     decide: of the names that share one tensor, those its declared tied keys (a 4.x list, a 5.x mapping's targets, each
     module's own, as patterns) name are dropped, all but one; and the targets of the ties it declares."""
-    import re
 
     patterns: list[str] = []
     for prefix, module in model.named_modules():

@@ -6,10 +6,13 @@ pass replayed on a loaded model)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .._infra import located
 
 
 def storage_of(tensor: torch.Tensor) -> int | None:
@@ -40,9 +43,7 @@ class InitWrites:
 
 def _model_code_line() -> str:
     """The innermost frame of model code (a transformers model module, or remote code) on the current stack."""
-    import sys
 
-    from .._infra import located
 
     frame = sys._getframe(2)
     while frame is not None:

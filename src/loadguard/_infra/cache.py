@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import LoadguardError
+
 
 def cache_root() -> Path:
     """``$LOADGUARD_CACHE``, else ``$XDG_CACHE_HOME/loadguard``, else ``~/.cache/loadguard``."""
@@ -17,7 +19,6 @@ def cache_root() -> Path:
 def cache_folder(*parts: str) -> Path:
     """The cache folder ``parts`` (created): one line saying what is wrong when it cannot be (the cache root is a
     file, or not writable)."""
-    from ..errors import LoadguardError
 
     path = cache_root().joinpath(*parts)
     try:

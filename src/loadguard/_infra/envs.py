@@ -13,19 +13,28 @@ A version that cannot be installed here (a dependency with no wheel for this Pyt
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from ..errors import InvalidOptionError, LoadguardError
 from . import procs
 from .cache import cache_folder, cache_root
 from .paths import inside, remove_tree, write_atomically
-from ..errors import InvalidOptionError, LoadguardError
 
 RECIPE_VERSION = 3
 
@@ -62,9 +71,7 @@ def uv_binary() -> str:
 
 def _closure(root: str) -> list:
     """The installed distributions ``root`` needs (itself included, extras left out), as importlib.metadata has them."""
-    import importlib.metadata
 
-    from packaging.requirements import InvalidRequirement, Requirement
 
     seen: dict[str, importlib.metadata.Distribution] = {}
     queue = [root]
@@ -112,9 +119,7 @@ def _link_shared(target: Path) -> None:
 
 def _runtime_requirements() -> list[str]:
     """loadguard's own requirements but torch and transformers (uv installs them for the environment's transformers)."""
-    import importlib.metadata
 
-    from packaging.requirements import Requirement
 
     out = []
     for text in importlib.metadata.requires("loadguard") or ():
@@ -147,7 +152,6 @@ def _recipe(version: str) -> dict:
 def release(version: str) -> str:
     """``version`` as an exact PEP 440 release (what an environment is named after), or :class:`InvalidOptionError`:
     a version string never becomes a path unchecked."""
-    from packaging.version import InvalidVersion, Version
 
     try:
         parsed = Version(str(version).strip())
@@ -159,7 +163,6 @@ def release(version: str) -> str:
 def _folder(version: str, recipe: dict) -> Path:
     """One folder per (Python, torch, transformers version, recipe): two checkouts or loadguard versions sharing a cache
     get folders of their own, so none rebuilds or deletes an environment another is using."""
-    import hashlib
 
     import torch
 
@@ -172,7 +175,6 @@ def _folder(version: str, recipe: dict) -> Path:
 def environment(version: str, *, rebuild: bool = False) -> Environment:
     """The environment for ``transformers==version``: reused from the cache, else created (under a lock per
     environment, built in a temporary folder and renamed into place)."""
-    from filelock import FileLock
 
     version = release(version)
     recipe = _recipe(version)
@@ -194,8 +196,6 @@ def environment(version: str, *, rebuild: bool = False) -> Environment:
 
 def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environment:
     """Build into a temporary folder beside ``folder``, then put it in place (under the environment's lock)."""
-    import os
-    import uuid
 
     start = time.perf_counter()
     root = cache_root() / "envs"
@@ -248,8 +248,6 @@ def _last_line(text: str) -> str:
 def released_versions(spec: str, max_versions: int | None = None) -> list[str]:
     """Released transformers versions the package index offers that match ``spec`` (``">=5,<5.25"``), oldest
     first; at most ``max_versions``, spread evenly from the oldest to the newest."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
 
     try:
         wanted = SpecifierSet(spec)
@@ -290,7 +288,6 @@ class Worker:
     cell in a child forked for it alone (see :mod:`loadguard.cli._cells`)."""
 
     def __init__(self, environment: Environment):
-        import tempfile
 
         self.environment = environment
         self._stderr = tempfile.TemporaryFile("w+")

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import procs
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -48,7 +50,6 @@ def _child(function: Callable[[Any], Any], item: Any, write: int, lifeline: tupl
     """The forked child: dies with its parent, leads its own process group, adopts what the model's code orphans;
     runs ``function(item)``, kills every process the model's code left behind (their number goes in the report), then
     writes the length-prefixed pickled result and exits."""
-    from . import procs
 
     code = 0
     me = os.getpid()
@@ -232,7 +233,6 @@ def run(
     ``memory_limit``: bytes a child may add to what it shares with its parent at the fork (:func:`added`: its private
     pages; where that cannot be read, its resident memory beyond the parent's). ``on_done(index, outcome)`` is called
     as each item finishes (a progress bar)."""
-    from . import procs
 
     pending = list(enumerate(items))
     outcomes: dict[int, Outcome] = _Reported(on_done) if on_done else {}

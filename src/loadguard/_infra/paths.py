@@ -4,6 +4,7 @@ every record goes through here."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -47,7 +48,6 @@ def named(path: Path, folder: Path | None = None) -> str:
 def unreadable_because(error: Exception) -> str:
     """Why a file could not be read, from where it failed and never from what it holds (the file may be a link to
     anything: its bytes are not shown)."""
-    import json
 
     if isinstance(error, OSError):
         return error.strerror or type(error).__name__

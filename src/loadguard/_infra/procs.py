@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 
 _PR_SET_PDEATHSIG = 1
@@ -144,7 +145,6 @@ def watch_lifeline(read: int) -> None:
     """In a forked child: a thread that waits for EOF on ``read`` (the parent holds the only write end, so EOF means
     the parent is gone), then kills every descendant of the child and ends it. The descendants the model's code started
     do not outlive the parent either (``PR_SET_PDEATHSIG`` would end the child alone, leaving them to PID 1)."""
-    import threading
 
     def watch() -> None:
         try:
@@ -192,7 +192,6 @@ class Terminated(BaseException):
 def signals_raise():
     """``SIGTERM``/``SIGHUP`` raise :class:`Terminated` in the block (the main thread only; elsewhere a no-op); the
     handlers before it are restored after."""
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield

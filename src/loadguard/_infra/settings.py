@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .sizes import parse_size
 from ..errors import InvalidOptionError
+from .sizes import parse_size
 
 # key -> (type, default, what it sets)
 KEYS: dict[str, tuple[type, Any, str]] = {

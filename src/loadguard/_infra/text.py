@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import unicodedata
 
+from rich.markup import escape
+from rich.style import Style
+from rich.text import Span
+
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -49,7 +53,6 @@ class Markup(str):
 def styled(template: str, *values: object) -> Markup:
     """``template`` (ours: ``[style]`` tags, ``{}`` fields) filled with ``values``, each shown as text (its brackets
     escaped) unless it is :class:`Markup` itself."""
-    from rich.markup import escape
 
     return Markup(template.format(*(value if isinstance(value, Markup) else escape(str(value)) for value in values)))
 
@@ -57,8 +60,6 @@ def styled(template: str, *values: object) -> Markup:
 def unlinked(text):
     """A rich ``Text`` without hyperlinks (markup's ``[link=...]``: an OSC 8 sequence in a terminal): nothing printed
     links anywhere."""
-    from rich.style import Style
-    from rich.text import Span
 
     def plain(style):
         if isinstance(style, str):

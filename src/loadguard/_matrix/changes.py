@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .matrices import Matrix
+from .._infra import cell
 from ..report import failing
+from .matrices import Matrix
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,6 @@ def diff(result: Matrix, before: str, after: str) -> tuple[VerdictChange, ...]:
 
 
 def changes_markdown(changes) -> str:
-    from .._infra import cell
 
     lines = ["| model | change | before | after |", "|---|---|---|---|"]
     for c in changes:

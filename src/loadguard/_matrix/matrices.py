@@ -20,9 +20,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._infra import envs
-from ..report import failing
+from packaging.version import Version
+
 from .. import _files
+from .. import workarounds as registry
+from .._infra import envs
+from ..errors import InvalidOptionError
+from ..executors import resolve, split
+from ..report import failing
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,6 @@ def cell_options(trust_remote_code: bool, workarounds: Sequence[str], workaround
 def applicable(model: str, workarounds: Sequence[str], workaround_files: Sequence[str] = ()) -> list[str]:
     """The named workarounds that apply to ``model`` (read from its local config.json; all of them for a Hub id):
     a matrix asks one list of every model, and one that does not apply is "not applicable", not an error."""
-    from .. import workarounds as registry
 
     for file in workaround_files:
         registry.load_file(file)
@@ -225,7 +229,6 @@ def matrix(
     at a time, on ``executor`` (``"local"``, the default, or ``"ray[:ADDRESS]"``: each node builds an environment once
     per version and reuses it). ``done``: cells of an earlier run (``--resume``), not run again; ``on_cells(cells)`` as
     each group of cells finishes. The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
-    from ..executors import resolve, split
 
     start = time.perf_counter()
     per_model = {m: cell_options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
@@ -305,13 +308,10 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
     """The first released version between ``low`` and ``high`` at which ``model``'s verdict changes, in
     about log2(n) cells (each version's environment built on demand, where ``executor`` runs the cell; ``limits`` for
     each, as :func:`matrix`'s)."""
-    from packaging.version import Version
 
-    from ..executors import resolve
 
     versions = envs.released_versions(f">={low},<={high}")
     if Version(low) not in map(Version, versions) or Version(high) not in map(Version, versions):
-        from ..errors import InvalidOptionError
 
         raise InvalidOptionError(f"{low} and {high} must both be released transformers versions", "run loadguard matrix without --bisect to see what installs")
     versions = [v for v in versions if Version(low) <= Version(v) <= Version(high)]

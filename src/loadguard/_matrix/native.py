@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._infra import envs
-from .._infra import Worker
-from .matrices import environment_selfcheck
+from .._infra import Worker, cell, envs
+from ..executors import resolve
 from ..report import failing
+from .matrices import environment_selfcheck
 
 
 def verdict(row: dict) -> str:
@@ -80,7 +80,6 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
         memory_limit: str = "auto", executor=None) -> NativeDiff:
     """Every auto-mapped class of each version, scanned there (a version an item of ``executor``, one at a time; its
     classes ``jobs`` at a time); the verdicts side by side."""
-    from ..executors import resolve
 
     arguments = ["scan", "--native", "--format", "json", "--jobs", str(jobs), "--timeout", str(timeout), "--memory-limit", memory_limit]
     arguments += ["--match", match] if match else []
@@ -104,7 +103,6 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
 
 
 def markdown(diff: NativeDiff) -> str:
-    from .._infra import cell
 
     lines = ["| class | " + " | ".join(f"transformers {v}" for v in diff.versions) + " |", "|---" * (len(diff.versions) + 1) + "|"]
     for label in diff.changed:

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..errors import LoadguardError, hint_for
 from ..formats import Row
 
 DEFAULT_TIMEOUT = 900.0
@@ -33,7 +34,6 @@ def scan_row(target: str, options: dict) -> dict:
     """One model's scan as JSON-able data: the report, or why it could not be scanned."""
     from .. import workarounds as registry
     from .._hf import return_freed_memory
-    from ..errors import LoadguardError
     from .scanning import scan
 
     _quiet()
@@ -63,7 +63,6 @@ def scan_row(target: str, options: dict) -> dict:
 
 def _error_row(target: str, error) -> dict:
     """The row of a model whose scan ended with a :class:`loadguard.LoadguardError`."""
-    from ..errors import hint_for
 
     return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes),
             "error_kind": type(error).__name__}

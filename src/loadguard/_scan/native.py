@@ -15,6 +15,14 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
+from .._infra import cell
+from ..errors import LoadguardError
+from ..executors import resolve
+from ..report import failing
+from .scanning import scan
+from .scanning import scan as _scan_module
+from .warmup import warm
+
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_encoder_layers",
                 "num_decoder_layers", "depth", "num_blocks")
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
@@ -102,8 +110,6 @@ def scan_class(native: NativeClass, shrunk: bool = True) -> dict:
     """One class's row (JSON-able): its scan report, or why it could not be built."""
     from transformers import AutoConfig
 
-    from ..errors import LoadguardError
-    from .scanning import scan
 
     try:
         config = AutoConfig.for_model(native.model_type)
@@ -139,7 +145,6 @@ def _prepare(natives: list[NativeClass]):
     def prepare() -> None:
         import transformers
 
-        from .scanning import scan as _scan_module  # noqa: F401
 
         for native in natives:  # each class's module imported once, before any fork: a child pays its scan only
             try:
@@ -147,7 +152,6 @@ def _prepare(natives: list[NativeClass]):
             except Exception:
                 pass  # the child says why
         transformers.logging.set_verbosity_error()
-        from .warmup import warm
 
         warm()  # a first scan's work (imports, transformers' tables, the self-check) done here, not in every child
 
@@ -157,8 +161,6 @@ def _prepare(natives: list[NativeClass]):
 def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.0, memory_limit: int | None = None, executor=None) -> list[dict]:
     """Every class in a child forked for it alone, ``jobs`` at a time (each stopped past ``timeout`` seconds or
     ``memory_limit`` bytes added: a row saying so); ``executor`` where (:func:`loadguard.executors.resolve`)."""
-    from .scanning import scan as _scan_module
-    from ..executors import resolve
 
     outcomes = resolve(executor).map(_scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit, prepare=_prepare(natives))
     rows = []
@@ -170,8 +172,6 @@ def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.
 
 def markdown(rows: list[dict]) -> str:
     """The failing classes as a Markdown report to paste into an upstream issue: tensor, status, class, where."""
-    from .._infra import cell
-    from ..report import failing
 
     lines = ["| class | tensor | status | what happens |", "|---|---|---|---|"]
     for row in rows:

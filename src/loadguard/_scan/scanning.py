@@ -26,19 +26,29 @@ from typing import Any
 import torch
 
 from .. import _hf
-from . import source as _scan_source
-from .._audit import checks
-from .._hf import InitWrites
 from .. import workarounds as registry
-from .._hf import CompleteKeys, complete_keys_from_the_model, constructing_with_meta_writes_skipped, loaded_tensors, meta_writes_skipped, parameters_stay_on_meta, recording_init_writes, weightless_load_options, WEIGHTLESS_METHOD, weightless_state_dict
+from .._audit import Inventory, check_summary, checks, computed_state, default_dtype, located, meta_leftovers, persistent_buffers_needed, resolve_reference, tied_weights, versions
+from .._hf import (
+    WEIGHTLESS_METHOD,
+    CompleteKeys,
+    InitWrites,
+    complete_keys_from_the_model,
+    constructing_with_meta_writes_skipped,
+    loaded_tensors,
+    loading_info,
+    meta_writes_skipped,
+    parameters_stay_on_meta,
+    poison,
+    recording_init_writes,
+    weightless_load_options,
+    weightless_state_dict,
+)
 from .._hf import ties as tie_module
-from .._audit import located
-from .._audit import resolve_reference, check_summary, computed_state, meta_leftovers, tied_weights, versions
-from ..report import Check
+from .._infra import observers
 from ..errors import InvalidOptionError, LoadguardError, ModelConfigError, ScanError
-from .._audit import Inventory
-from .._hf import poison
-from ..report import AuditReport, CheckSummary, Finding
+from ..report import AuditReport, Check, CheckSummary, Finding
+from . import selfcheck
+from . import source as _scan_source
 
 KEYS = ("auto", "header", "complete")
 def scan(
@@ -99,7 +109,6 @@ def scan(
             f"{' and an offload folder' if offload_folder else ''} (offloading) is not simulated",
             "audit a full load with the same options: loadguard audit PATH --device-map ... (offloaded tensors are verified there)",
         )
-    from . import selfcheck
 
     start = time.perf_counter()
     selfcheck.ensure(scan)  # never trust transformers internals by version name: the first scan on a combination proves them
@@ -158,7 +167,6 @@ def scan(
         except Exception as error:
             raise _hf.translate(error, source.name, active) from error
 
-    from .._infra import observers
 
     token = observers.inside_load.set(True)  # loadguard's own load: the pytest plugin must not audit it again
     try:
@@ -174,7 +182,6 @@ def scan(
 
 
 def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, seconds: dict[str, float], quantized: str | None = None) -> AuditReport:
-    from .._audit import persistent_buffers_needed
 
     start = time.perf_counter()
     inventory = Inventory(model)
@@ -279,7 +286,6 @@ def _through_own_loader(cls, load):
     config or a sub-module after ``super().from_pretrained(...)``), the override runs, and the weightless load happens
     in the ``PreTrainedModel.from_pretrained`` it delegates to; an override that never reaches it loads its own
     weights, which a weightless load cannot predict: refused, saying so."""
-    from .._hf import loading_info
 
     klass = _own_loader(cls)
     if klass is None:
@@ -299,7 +305,6 @@ def _through_own_loader(cls, load):
 def _own_keys(cls, config, dtype, saved: bool = False) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """The model's own state dict, built on meta: what "the checkpoint holds every key" means. ``saved``: the keys a
     ``save_pretrained`` of this code writes instead: its declared ties' targets dropped (4.x and 5.x both save so)."""
-    from .._audit import default_dtype
 
     wanted = dtype if isinstance(dtype, torch.dtype) else _config_dtype(config)
     with torch.device("meta"), default_dtype(wanted), meta_writes_skipped():

@@ -18,18 +18,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import datetime
 import hashlib
 import json
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._infra import cache_folder
-from .._infra import write_atomically
+from filelock import FileLock
+from packaging.version import InvalidVersion, Version
+
+from .. import zoo
+from .._audit import CONSTANT_FILL_NOTE, load
+from .._files import Checkpoint
+from .._infra import cache_folder, observers, write_atomically
 from ..errors import ScanError
+from ..report import failing
 
 # (zoo entry, what it covers): every way a load goes wrong that a scan predicts, and a clean model
 CASES: tuple[tuple[str, str], ...] = (
@@ -171,7 +179,6 @@ def recorded() -> SelfCheck | None:
 
 def proven_versions() -> list[str]:
     """transformers versions with a passing self-check record on this machine (any torch, this loadguard code)."""
-    from packaging.version import InvalidVersion, Version
 
     code = code_fingerprint()
     found = set()
@@ -196,7 +203,6 @@ def proven_versions() -> list[str]:
 def _checking() -> Iterator[None]:
     """Inside the self-check: its own scans skip the check, and its loads are not reported to listeners (the pytest
     plugin must not count them as a test's loads)."""
-    from .._infra import observers
 
     token, quiet = _running.set(True), observers.silenced.set(True)
     try:
@@ -228,8 +234,6 @@ def _native_llama(folder: Path) -> Path:
 
 
 def _case(entry_name: str, covers: str, workdir: Path, scan: Callable[..., Any]) -> CaseResult:
-    from .. import zoo
-    from .._audit import load
 
     start = time.perf_counter()
     try:
@@ -271,8 +275,6 @@ def reconcile(predicted: list[dict], audited: dict[str, str], folder: Any) -> tu
     constant fills (``zero_``, ``fill_``) onto tensors the checkpoint holds as that very constant are left out (a
     write no value comparison sees; transformers 5.0-5.12 zero every loaded bias of custom code). Returns
     ``({tensor: status}, the tensors left out)``."""
-    from .._audit import CONSTANT_FILL_NOTE
-    from ..report import failing
 
     expected = {f["tensor"]: f["status"] for f in failing(predicted)}
     candidates = [
@@ -286,7 +288,6 @@ def reconcile(predicted: list[dict], audited: dict[str, str], folder: Any) -> tu
 
 def _holds_a_constant(folder: Path, name: str) -> bool:
     """Whether the checkpoint in ``folder`` holds ``name`` as one value repeated (what a constant fill writes)."""
-    from .._files import Checkpoint
 
     checkpoint = Checkpoint.open(folder)
     try:
@@ -301,8 +302,6 @@ def _holds_a_constant(folder: Path, name: str) -> bool:
 def run(scan: Callable[..., Any], *, record: bool = True) -> SelfCheck:
     """Run the self-check of ``scan`` (:func:`loadguard.scan`, which sits above this module and passes itself) now:
     every case, in a temporary folder of zoo models; with ``record``, keep the outcome for this combination."""
-    import datetime
-    import warnings
 
     version, torch_version = _versions()
     start = time.perf_counter()
@@ -321,7 +320,6 @@ def ensure(scan: Callable[..., Any]) -> SelfCheck | None:
     a self-check."""
     if running():
         return None
-    from filelock import FileLock
 
     path = record_path()
     path.parent.mkdir(parents=True, exist_ok=True)

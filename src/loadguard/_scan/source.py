@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
-from .._files import config_dict, folder_of
-from .._files import hub, missing
 from .. import _files
+from .._files import BIN_INDEX, BIN_SINGLE, SAFETENSORS_DTYPES, SAFETENSORS_INDEX, SAFETENSORS_SINGLE, Checkpoint, bin_header, config_dict, folder_of, hub, index_files, missing
+from .._infra import leaving
+from ..errors import CheckpointError, InvalidOptionError, RemoteCodeNotTrustedError
 
 _HUB_PATTERNS = ["*.json", "*.py", "*.txt", "*.model", "*.tiktoken"]
 
@@ -42,7 +43,6 @@ def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *
         folder = folder_of(config)
         document = config_dict(config)
         if document.get("auto_map") and not trust_remote_code:
-            from ..errors import RemoteCodeNotTrustedError
 
             raise RemoteCodeNotTrustedError(f"{type(config).__name__} names its own code (auto_map) and trust_remote_code was not given", "pass trust_remote_code=True if you trust it")
         return Source(config._name_or_path or type(config).__name__, folder, document, None, None, config)
@@ -63,8 +63,6 @@ def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *
 def _own_files(folder: Path) -> None:
     """A weightless scan reads the model's own files only: a config, index or checkpoint that is a link leading out of
     the folder (a Hub snapshot's blobs excepted) is refused unless the user says to follow it."""
-    from .._infra import leaving
-    from ..errors import InvalidOptionError
 
     names = ["config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"]
     names += [entry.name for entry in folder.glob("*.safetensors")] if folder.is_dir() else []
@@ -78,9 +76,6 @@ def _own_files(folder: Path) -> None:
 def _local_header(folder: Path) -> tuple[dict | None, str | None]:
     """Keys, shapes and dtypes of a local checkpoint, read from its safetensors headers, or from a ``.bin``
     checkpoint's pickle without loading its data (:mod:`loadguard._files.headers`): never a weight byte."""
-    from .._files import bin_header
-    from .._files import BIN_INDEX, BIN_SINGLE, SAFETENSORS_INDEX, SAFETENSORS_SINGLE, Checkpoint, index_files
-    from ..errors import CheckpointError
 
     if not any((folder / name).is_file() for name in (SAFETENSORS_INDEX, SAFETENSORS_SINGLE)):
         index = folder / BIN_INDEX
@@ -122,7 +117,6 @@ def _hub_source(repo_id: str, trust_remote_code: bool, revision: str | None, hea
 
 
 def _hub_header(repo_id: str, commit: str, folder: Path, offline: bool, fetched) -> tuple[dict | None, str | None]:
-    from .._files import SAFETENSORS_DTYPES
 
     if offline:  # only what is cached: complete safetensors files there have readable headers
         return _local_header(folder) if any(folder.glob("*.safetensors")) else (None, None)

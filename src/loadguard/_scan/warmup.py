@@ -14,25 +14,24 @@ from __future__ import annotations
 import contextlib
 import io
 
+from .. import workarounds
+from .._infra import observers
+from .scanning import scan
+
 
 def warm() -> bool:
     """Scan a two-layer Llama config (built in, no file, no download) in this process, silently: nothing printed,
     nothing reported to listeners. Returns whether it ran; a failure is left for the real scans to report, each in
     its own words (a warm-up only saves time)."""
-    from .._infra import observers
 
     quiet = observers.silenced.set(True)
     try:
         import transformers
 
-        from .scanning import scan
-
         config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                                           num_key_value_heads=2, vocab_size=32, max_position_embeddings=16)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             scan(config)
-        from .. import workarounds
-
         workarounds.compile_signatures()  # a clean load matches no failure: the patterns a failing one needs
         return True
     except Exception:

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import traceback
 import warnings
 
 import click
 
-from ..errors import LoadguardError
-from ._options import SuggestingGroup
+from .._infra import Markup, Terminated, settings, signals_raise, styled
+from ..errors import LoadguardError, LoadguardWarning
 from ._common import SETTINGS, ExitCode, machine_output, note, pin_directory, report_error, stderr
-from .._infra import Markup, styled
+from ._options import SuggestingGroup
 
 
 class _LazyGroup(SuggestingGroup):
@@ -90,7 +91,6 @@ def _hoist_globals(arguments: list[str]) -> tuple[list[str], dict]:
 
 def _defaults(project) -> dict:
     """click's default_map from ``[tool.loadguard]``: what the table sets, for each command that has the option."""
-    from .._infra import settings
 
     if not project.values:
         return {}
@@ -111,7 +111,6 @@ def _warnings_kept(verbose: bool):
     if verbose:
         yield
         return
-    from ..errors import LoadguardWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
@@ -141,7 +140,6 @@ def _machine_format(arguments: list[str], configured: str = "table") -> bool:
 def _end_by(stop) -> None:
     """After SIGTERM/SIGHUP, every child stopped (the ``finally`` blocks ran): say so, then end by that very signal, as
     a shell and a CI runner expect of a process that was told to stop."""
-    import signal
 
     stderr().print(styled("[bold red]Error:[/] stopped by {}; every process this run started was stopped with it", stop.name), highlight=False)
     sys.stderr.flush()
@@ -151,7 +149,6 @@ def _end_by(stop) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .._infra import Terminated, signals_raise
 
     try:
         with signals_raise():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import InvalidOptionError
 from ._common import note
 
 
@@ -17,7 +18,6 @@ def baseline_options(command):
 def apply_baseline(rows, baseline_file: str | None, write_baseline: bool):
     """``rows`` (:class:`loadguard.formats.Row`) less what the baseline knows, or None after ``--write-baseline`` wrote
     it (the command then ends, exit 0)."""
-    from ..errors import InvalidOptionError
     from ..formats import baseline
 
     if write_baseline:

@@ -14,6 +14,9 @@ import os
 import sys
 import tempfile
 
+from loadguard._infra import forks as _forks
+from loadguard._scan import warm
+
 
 def _command(arguments: list[str]) -> dict:
     """In the child: one ``loadguard`` command line, its stdout and stderr captured."""
@@ -40,7 +43,6 @@ def _command(arguments: list[str]) -> dict:
 def _run(message: list[str] | dict) -> dict:
     """A cell in a child forked for it alone (:mod:`loadguard._infra.forks`, the pool scan fleets use too), killed past its
     ``timeout`` (seconds) or ``memory_limit`` (bytes the child adds), when the message gives them."""
-    from loadguard._infra import forks as _forks
 
     if isinstance(message, list):  # a bare command line
         message = {"arguments": message}
@@ -56,9 +58,6 @@ def main() -> None:
     import transformers  # noqa: F401
     from transformers import PreTrainedModel  # noqa: F401
 
-    import loadguard.cli.audit  # noqa: F401
-    import loadguard.cli.scan  # noqa: F401
-    from loadguard._scan import warm
 
     warm()  # a first scan's work done once here, not in every cell's child
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sys
 import threading
@@ -12,10 +13,11 @@ from typing import Any
 
 import click
 
+from .. import _audit
+from .._infra import styled, visible
+from ..errors import InvalidOptionError, hint_for
 from ._consoles import NON_TTY_WIDTH, SETTINGS, SafeConsole, stderr, stdout  # noqa: F401  (the commands import them from here)
 from ._options import workarounds_from_option
-from .._infra import styled
-from .. import _audit
 
 
 class ExitCode(IntEnum):
@@ -94,7 +96,6 @@ def machine_output(active: bool):
 def report_error(error) -> None:
     """A :class:`loadguard.LoadguardError` as every command ends with one: ``Error:`` and, when there is one, ``Hint:``
     (worded for the CLI) on stderr."""
-    from ..errors import hint_for
 
     stderr().print(styled("[bold red]Error:[/] {}", error.message), highlight=False)  # brackets are text: loadguard[ray]
     hint = hint_for(error, "cli")
@@ -140,7 +141,6 @@ def quiet_transformers(downloads: bool = False) -> bool:
 @contextlib.contextmanager
 def progress(message: str, after: float = 1.0):
     """A spinner on stderr (a single line when stderr is not a terminal) if the block lasts over ``after`` s."""
-    from .._infra import visible
 
     console = stderr()
     state: dict[str, Any] = {}
@@ -175,9 +175,7 @@ def progress(message: str, after: float = 1.0):
 def parse_placement(device_map: str | None, max_memory: str | None, offload_folder: str | None) -> dict[str, Any]:
     """``--device-map auto|cpu|cuda|JSON``, ``--max-memory cpu=20GiB,0=10GiB`` (or JSON), ``--offload-folder``
     as ``from_pretrained`` keyword arguments."""
-    import json
 
-    from ..errors import InvalidOptionError
 
     out: dict[str, Any] = {}
     if device_map:
@@ -258,7 +256,6 @@ def load_model(
 
     read_config(path, trust_remote_code)  # a wrong path, config or trust answered before torch is imported
     from .. import _hf
-    from ..errors import InvalidOptionError
     from .._audit import load_unaudited
 
     _hf.check_device(device)
@@ -282,8 +279,7 @@ def is_tty() -> bool:
 def cases_and_runner(path: str, prompts, image_paths, **load_options):
     """What ``compare`` and ``trace`` share: the prompts and images (given, else the zoo entry's, else a
     built-in set) and a runner around the model loaded as a user would, with its processor and tokenizer."""
-    from ..runner import HfRunner, default_cases
-    from ..runner import load_processing
+    from ..runner import HfRunner, default_cases, load_processing
 
     if prompts:
         prompt_list = list(prompts)
@@ -307,7 +303,6 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
 def read_images(paths):
     from PIL import Image
 
-    from ..errors import InvalidOptionError
 
     images = []
     for path in paths:

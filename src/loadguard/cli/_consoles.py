@@ -9,6 +9,8 @@ from typing import Any
 
 from rich.console import Console
 
+from .._infra import Markup, unlinked, visible
+
 NON_TTY_WIDTH = 100_000
 """What a table may take when stdout is a log or a pipe: all it needs, so no cell folds and no row wraps."""
 
@@ -31,7 +33,6 @@ class SafeConsole(Console):
     :func:`loadguard._infra.text.styled`): a model's ``[red]`` or a help's ``[default: table]`` is shown as written."""
 
     def render_str(self, text: str, **kwargs):
-        from .._infra import Markup, unlinked, visible
 
         kwargs["markup"] = isinstance(text, Markup)  # tags are read in our own markup only: any other text is shown as written
         return unlinked(super().render_str(visible(text), **kwargs))

@@ -11,6 +11,8 @@ import sys
 
 import click
 
+from .._infra import parse_size
+from ..errors import InvalidOptionError, LoadguardError
 from ._common import ExitCode, report_error
 
 
@@ -19,7 +21,6 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
     this machine's memory shared among the ``jobs`` running at once (a fleet never swaps the machine to death); one
     model, in this process: none. ``none``: no limit."""
     from .._infra import resident
-    from ..errors import InvalidOptionError
 
     value = text.strip().lower()
     if value == "none":
@@ -33,7 +34,6 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
         except (ValueError, OSError):
             return None
         return int(total * 0.8 / max(1, jobs))
-    from .._infra import parse_size
 
     size = parse_size(text)
     if size is None:
@@ -45,7 +45,6 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
 
 def _body(call):
     """In the child: the command, its own errors printed as the CLI prints them; the exit code comes back."""
-    from ..errors import LoadguardError
 
     try:
         code = call()
@@ -64,7 +63,6 @@ def limits_options(command):
     @functools.wraps(command)
     def limited(*args, timeout=None, memory=None, **kwargs):
         from .._infra import forks
-        from ..errors import InvalidOptionError, LoadguardError
         limit = memory_limit(memory, 1, fleet=False) if memory else None
         if timeout is None and limit is None:
             return command(*args, **kwargs)

@@ -7,8 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .._infra import cell
-from .._infra import styled
+from .._infra import cell, styled
 
 
 def _cell_text(cell) -> str:

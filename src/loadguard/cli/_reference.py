@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import progress
-from ..errors import command_line
 from .._infra import styled
+from ..errors import LoadguardError, ModelRunError, ReferenceBuildError, command_line
+from ._common import progress
 
 
 def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, dtype: str, workarounds):
@@ -15,7 +15,6 @@ def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, 
     real tensors, then the checkpoint is copied in) with the workarounds the load needed, around the same processor.
     A failure to build it is a :class:`ReferenceBuildError`, never a crash of the command."""
     from .. import workarounds as registry
-    from ..errors import LoadguardError, ReferenceBuildError
     from ..runner import HfRunner, eager_load
 
     applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == "applied"]
@@ -37,7 +36,6 @@ def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_co
     """A crash of the loaded model that the reference does not have is what the load broke (a
     :class:`loadguard.runner.crash.BrokenRun`, the audit's wrong tensors nearest it); one the reference has too is
     the model's own, and the command cannot run (:class:`ModelRunError`). None when the loaded model did not crash."""
-    from ..errors import ModelRunError
     from ..runner import explain
 
     if reference_crash is not None:

@@ -10,9 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..report import Check
-from ..report import AuditReport, Finding, RepairResult
 from .._infra import Markup, styled
+from ..report import AuditReport, Check, Finding, RepairResult
 
 _INDEX = re.compile(r"(?<=\.)(\d+)(?=\.|$)")
 _STATUS_STYLE = {

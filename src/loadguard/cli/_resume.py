@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
+from ..errors import InvalidOptionError
 from ._common import note
 
 
@@ -16,7 +17,6 @@ def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable 
     interruption cut short is ignored); says how many are there and how many to go. A row ``valid`` refuses (a shape
     no run of this version writes: edited, or from another version) is never trusted: its key is done again, and the
     note says how many."""
-    from ..errors import InvalidOptionError
 
     wanted, done, refused = set(keys), {}, set()
     try:
@@ -51,7 +51,6 @@ def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable 
 @contextlib.contextmanager
 def appending(path: str):
     """``write(row)``: one JSON line appended to FILE and flushed, so an interruption loses at most the line it cuts."""
-    from ..errors import InvalidOptionError
 
     try:
         stream = open(path, "a", encoding="utf-8")

@@ -5,20 +5,20 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
 
-from ..formats import Row
-
-from ._baseline import apply_baseline, baseline_options
-from ._limits import limits_options
-from ._common import ExitCode, SCHEMA_VERSION, load_model, loading_options, stderr
-from ._output import write
-from ._options import format_option
+from .. import _audit, _files
 from .._infra import Markup, styled
-from .. import _files
-from .. import _audit
+from ..errors import LoadguardError, hint_for
+from ..formats import Row
+from ._baseline import apply_baseline, baseline_options
+from ._common import SCHEMA_VERSION, ExitCode, load_model, loading_options, stderr
+from ._limits import limits_options
+from ._options import format_option
+from ._output import write
 
 
 @click.command()
@@ -39,7 +39,6 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     Exit code 0: the model as loaded is clean (with --repair: or every finding was repaired and the re-audit is
     clean); 1: findings (left after --repair); 2: could not run.
     """
-    from ..errors import LoadguardError
 
     try:
         model, early = load_model(
@@ -49,8 +48,8 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     except LoadguardError as error:  # a machine format still gets its document: this model, not checked, and why
         write(fmt, _NotLoaded(str(path), error))
         raise
-    from .._audit import repair as run_repair
     from .. import workarounds as registry
+    from .._audit import repair as run_repair
 
     # the model as loaded is what the exit code and `ok` describe
     report, after_workarounds = _audit.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
@@ -118,14 +117,12 @@ class _NotLoaded:
     command = "audit"
 
     def document(self) -> dict:
-        from ..errors import hint_for
 
         return {"schema_version": SCHEMA_VERSION, "model": self.path, "ok": False, "findings": [],
                 "error": {"kind": type(self.error).__name__, "message": self.error.message, "hint": hint_for(self.error, "cli"),
                           "fixes": list(self.error.fixes)}}
 
     def rows(self) -> list[Row]:
-        from ..errors import hint_for
 
         return [Row.failed(self.path, self.error.message, hint_for(self.error, "cli"))]
 
@@ -146,7 +143,6 @@ def _write_reproducers(model, report, folder, path, auto_class, trust_remote_cod
     written = write_reproducers(report, folder, model=str(path), auto_class=name, from_pretrained=kwargs, workarounds=applied)
     for script in written:
         stderr().print(f"wrote {script} (python {script}: exit 1 while it is wrong)", highlight=False)
-    from pathlib import Path
 
     from .._fix import upstream_patch
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 
-from ._limits import limits_options
-from ._common import ExitCode, cases_and_runner, loading_options
-from ..errors import command_line
-from ._output import write
-from ._options import format_option
-from ._reference import Crashed, attribute_crash, reference_runner, run_row
 from .._infra import styled
+from ..errors import command_line
+from ._common import ExitCode, cases_and_runner, loading_options
+from ._limits import limits_options
+from ._options import format_option
+from ._output import write
+from ._reference import Crashed, attribute_crash, reference_runner, run_row
 
 
 @click.command()

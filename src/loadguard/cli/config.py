@@ -6,6 +6,7 @@ import json
 
 import click
 
+from .._infra import settings
 from ._common import emit, stdout
 from ._options import format_option
 
@@ -15,7 +16,6 @@ from ._options import format_option
 def config(fmt):
     """Print the effective [tool.loadguard] configuration (the nearest pyproject.toml that has the table), each value with
     where it came from. Command-line flags override every value."""
-    from .._infra import settings
 
     project = settings.load()
     rows = [{"key": key, "value": project.get(key), "source": project.origin(key), "sets": settings.KEYS[key][2]} for key in settings.KEYS]

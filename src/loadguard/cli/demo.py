@@ -6,8 +6,9 @@ import tempfile
 
 import click
 
-from ._common import ExitCode, quiet_transformers, stderr, stdout
 from .._infra import Markup, styled
+from ..errors import LoadguardError, hint_for
+from ._common import ExitCode, quiet_transformers, stderr, stdout
 
 RULE_WIDTH = 100
 """Section rules span a terminal, at most this many columns (never the unbounded width of a log)."""
@@ -37,11 +38,9 @@ def demo(poison):
     from transformers import AutoModelForCausalLM, AutoProcessor
 
     from .. import _hf, zoo
-    from .._audit import audit, repair
-    from ..errors import LoadguardError, hint_for
-    from .._audit import load_unaudited
-    from ._render import detail_lines, findings_table
+    from .._audit import audit, load_unaudited, repair
     from ..zoo import demo_images
+    from ._render import detail_lines, findings_table
 
     quiet_transformers()
     out = stdout()

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from .._infra import Markup, styled
+from ..errors import LoadguardError, hint_for
 from ._common import ExitCode, note, progress, quiet_transformers
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
@@ -89,7 +91,6 @@ def _prepare() -> None:
 
 def _fix_item(item: tuple) -> Any:
     """One model of a fleet, in its own child: its FixResult, or a row saying why it could not run."""
-    from ..errors import LoadguardError, hint_for
 
     target, out, trust_remote_code, auto_class, workarounds, verify = item
     try:
@@ -101,8 +102,8 @@ def _fix_item(item: tuple) -> Any:
 
 
 def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool):
-    from .._fix import model_folder
     from .._fix import fix as run_fix
+    from .._fix import model_folder
 
     folder = model_folder(target)
     quiet_transformers()
@@ -152,7 +153,6 @@ class _Fixed:
 
 
 def _print_one(result, out, err) -> None:
-    from .._infra import Markup, styled
 
     headline = {"fixed": "[bold green]fixed[/]", "partly": "[bold yellow]partly fixed[/]", "not_fixed": "[bold red]not fixed[/]",
                 "clean": "[bold green]clean[/]: the load was right, nothing to change", "unverified": "[bold yellow]written, not proven[/]"}

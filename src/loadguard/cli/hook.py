@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from . import cli
 from ._common import ExitCode, note
 
 
@@ -39,7 +40,6 @@ def split_files(words: tuple[str, ...]) -> tuple[list[str], list[str]]:
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
 def hook(command: str, words: tuple[str, ...]) -> int:
     """pre-commit's entry: COMMAND (scan or audit) over the model folders of the changed FILES, with ARGS."""
-    from . import cli
 
     arguments, files = split_files(words)
     folders = model_folders(files, Path.cwd())

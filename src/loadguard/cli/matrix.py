@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from ._common import ExitCode, progress, stderr
-from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, matrix_markdown, cell_rows  # noqa: F401  (matrix_markdown, cell_rows: tools)
-from ._output import write
-from ._options import executor_option, format_option, workarounds_from_option
 from .._infra import Markup
+from ..errors import InvalidOptionError
+from ._common import ExitCode, progress, stderr
+from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, cell_rows, matrix_markdown  # noqa: F401  (matrix_markdown, cell_rows: tools)
+from ._options import executor_option, format_option, workarounds_from_option
+from ._output import write
 
 _SPECIFIER = set("<>=!~*")
 
@@ -61,7 +62,6 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     version: its cell says why).
     """
     from .._matrix import matrices as matrix_module
-    from ..errors import InvalidOptionError
     from ..formats import EMITTED
     from ._limits import memory_limit
 
@@ -148,7 +148,6 @@ def _diff(result, before: str, after: str, fmt: str) -> int:
 
 def _native(paths, transformers_versions, max_versions, match, tasks, fmt, jobs, executor=None, timeout=300.0, memory="auto") -> int:
     from .._matrix import native as matrix_native
-    from ..errors import InvalidOptionError
 
     if paths:
         raise InvalidOptionError("--native compares transformers' own classes: it takes no PATH", "drop the paths")

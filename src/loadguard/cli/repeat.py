@@ -22,6 +22,7 @@ import tempfile
 import click
 
 from .._infra import procs
+from ..errors import LoadguardError
 from ._common import ExitCode, emit, progress, stderr, stdout
 from ._options import format_option
 
@@ -111,7 +112,6 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
 
     Exit 0: every test passed in every run; 1: some run failed; 2: could not run.
     """
-    from ..errors import LoadguardError
 
     if jobs > 1:
         if importlib.util.find_spec("xdist") is None:

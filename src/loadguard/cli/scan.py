@@ -8,26 +8,28 @@ hangs or grows is stopped: ``--jobs`` at a time, ``--timeout`` and ``--memory-li
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from .._scan import DEFAULT_TIMEOUT, scan_row, scan_fleet, scan_fleet_spawned  # noqa: F401  (scan_fleet_spawned: tests)
+from .._infra import Markup, cell, styled
+from .._scan import DEFAULT_TIMEOUT, scan_fleet, scan_fleet_spawned, scan_row  # noqa: F401  (scan_fleet_spawned: tests)
+from ..errors import InvalidOptionError, LoadguardError
+from ..formats import Row
+from ..report import AuditReport, CheckSummary, Finding, failing
 from ._baseline import apply_baseline, baseline_options
+from ._common import SCHEMA_VERSION, ExitCode, parse_placement, quiet_transformers, stderr, stdout
 from ._limits import memory_limit  # noqa: F401  (tests and tools import it from here)
-from ._common import ExitCode, SCHEMA_VERSION, quiet_transformers, stderr, stdout
-from ._output import write
-from ._resume import resumed
 from ._options import executor_option, format_option, workarounds_from_option
+from ._output import write
 from ._progress import fleet_progress
-from .._infra import Markup, styled
-
-
+from ._resume import resumed
 
 
 def model_targets(paths, from_file) -> list[str]:
-    from ..errors import InvalidOptionError
 
     targets = list(paths)
     if from_file:
@@ -37,7 +39,6 @@ def model_targets(paths, from_file) -> list[str]:
             raise InvalidOptionError(f"--from {from_file}: {getattr(error, 'strerror', None) or 'not UTF-8 text'}",
                                      "pass a file with one model folder or Hub id (org/name[@revision]) per line") from None
         if text.lstrip().startswith("["):  # a JSON list of ids and folders
-            import json
 
             try:
                 listed = json.loads(text)
@@ -55,7 +56,6 @@ def model_targets(paths, from_file) -> list[str]:
 
 
 def _verdict(row: dict) -> str:
-    from ..report import failing
 
     if not row["scanned"]:
         return "could not scan"
@@ -79,7 +79,6 @@ def _workarounds(row: dict) -> str:
 
 
 def _markdown(rows: list[dict]) -> str:
-    from .._infra import cell
 
     lines = ["| model | class | verdict | what a load gets wrong (predicted) | workarounds / hint |", "|---|---|---|---|---|"]
     for row in rows:
@@ -127,9 +126,7 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     Hub ids: only *.json and *.py are fetched (and, with --keys header, the safetensors headers by range reads).
     Exit 0: every model predicted clean; 1: findings; 2: none could be scanned; 3: some could not be scanned (partial).
     """
-    from ..formats import Row
 
-    from ._common import parse_placement
 
     if native:
         return _native(paths or from_file, match, tasks, fmt, jobs, timeout, memory_limit(memory, jobs, fleet=True), executor)
@@ -169,7 +166,6 @@ def scan(paths, from_file, trust_remote_code, auto_class, dtype, keys, workaroun
     scanned = [row for row in rows if row["scanned"]]
     write(fmt, _Scanned(tuple(rows), timings))
     if len(rows) == 1 and not rows[0]["scanned"]:  # one model: the usual Error/Hint, exit 2
-        from ..errors import LoadguardError
 
         raise LoadguardError(rows[0]["error"], rows[0]["hint"])
     if not scanned:
@@ -189,7 +185,6 @@ def left_behind_line(row: dict) -> str:
 
 def valid_row(row: dict) -> bool:
     """Whether a ``--resume`` row has the shape this version writes: everything that shows a row can show it."""
-    from ..formats import Row
 
     if not isinstance(row.get("model"), str) or not isinstance(row.get("scanned"), bool):
         return False
@@ -215,7 +210,6 @@ def json_row(row: dict, timings: bool = False) -> dict:
     """A scan row as ``--format json`` prints it: ``schema_version`` and ``ok`` first (``ok`` is False for a model that
     could not be scanned: ``scanned`` False, ``error`` {kind, message, hint, fixes} says why, ``findings`` empty);
     ``seconds`` only with ``--timings``."""
-    from ..report import failing
 
     ok = bool(row["scanned"]) and not failing(row.get("findings", []))
     out = {"schema_version": SCHEMA_VERSION, "ok": ok, **{"findings": [], **row}}
@@ -230,7 +224,6 @@ def json_row(row: dict, timings: bool = False) -> dict:
 def print_scan(row: dict, out=None) -> None:
     """One model's prediction, as the audit prints its report."""
     from ._render import check_lines, detail_lines, findings_table, workaround_line
-    from ..report import Finding
 
     out = out or stdout()
     findings = [Finding.from_dict(f) for f in row["findings"]]
@@ -241,7 +234,6 @@ def print_scan(row: dict, out=None) -> None:
         out.print(findings_table(findings))
         for line in detail_lines(findings):
             out.print(line, highlight=False, soft_wrap=True, markup=False)
-    from ..report import AuditReport, CheckSummary
 
     report = AuditReport(row["model"], row["model_class"], row["checkpoint"], tuple(findings), tuple(CheckSummary(**c) for c in row["checks"]))
     for line in check_lines(report):
@@ -252,10 +244,8 @@ def print_scan(row: dict, out=None) -> None:
 
 def _native(extra, match, tasks, fmt, jobs, timeout, limit, executor=None) -> int:
     """``--native``: every auto-mapped class of the installed transformers, a row each."""
-    import time
 
     from .._scan import native as native_module
-    from ..errors import InvalidOptionError
 
     if extra:
         raise InvalidOptionError("--native scans transformers' own classes: it takes no PATH or --from", "drop the paths, or scan them without --native")
@@ -291,7 +281,6 @@ class _Scanned:
         return _markdown(list(self.rows_))
 
     def rows(self):
-        from ..formats import Row
 
         return [Row.from_scan(row) for row in self.rows_]
 
@@ -331,7 +320,6 @@ class _Swept:
         return native_module.markdown(list(self.rows_))
 
     def rows(self):
-        from ..formats import Row
 
         return [Row.from_scan(row) for row in self.rows_]
 

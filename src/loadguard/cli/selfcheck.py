@@ -6,9 +6,9 @@ import json
 
 import click
 
+from .._infra import Markup
 from ._common import ExitCode, emit, progress, quiet_transformers, stdout
 from ._options import format_option
-from .._infra import Markup
 
 
 def _verdict(failing: dict[str, str]) -> str:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from ._limits import limits_options
-from ._common import ExitCode, cases_and_runner, loading_options
 from ..errors import command_line
-from ._output import write
+from ._common import ExitCode, cases_and_runner, loading_options
+from ._limits import limits_options
 from ._options import format_option
+from ._output import write
 from ._reference import Crashed, attribute_crash, reference_runner, run_row
 
 
@@ -71,7 +72,6 @@ class _Traced:
 
 def _non_finite(model, result):
     """A non-finite forward as a run failure, located at the class of the module it first came out of."""
-    import inspect
 
     from .._infra import located
     from ..formats import RunFailure

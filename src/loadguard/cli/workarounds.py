@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import click
 
+from .. import _files
+from .._infra import styled
 from ._common import ExitCode, emit, load_model, stderr, stdout
 from ._options import SuggestingGroup, format_option, workarounds_from_option
-from .._infra import styled
-from .. import _files
 
 
 def _status(item, model, report, runner) -> str:
@@ -47,8 +48,8 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
     (under poison) and say whether each is needed."""
     from rich.table import Table
 
-    from .._audit import audit
     from .. import workarounds as registry
+    from .._audit import audit
     from ..runner import HfRunner
 
     items = registry.all_workarounds()
@@ -97,7 +98,6 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
 def coverage(fmt):
     """How the API diff (transformers 4.57 -> the pinned 5.x, `make api-diff`) is covered: per workaround, the entries
     it gives back; how many are declined, with the reasons; any entry nobody covers. Exit 1 if one is uncovered."""
-    from collections import Counter
 
     from ..workarounds import api_coverage, v4_names
 

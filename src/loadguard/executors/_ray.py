@@ -9,7 +9,7 @@ import logging
 import os
 from typing import Any
 
-from .._infra import Outcome
+from .._infra import Outcome, forks
 from ..errors import ExecutorError
 
 RETRIES = 1
@@ -25,7 +25,6 @@ _PASSED = ("HF_", "TRANSFORMERS_", "LOADGUARD_", "TORCH_HOME", "NO_COLOR")
 def _task(function, item, timeout, memory_limit, prepare, context) -> tuple[Outcome, str]:
     """On a Ray worker: the item in a child forked for it alone, under the same limits as a local run, in the driver's
     working directory when this node has it (relative model paths mean the same; a cluster shares its storage)."""
-    from .._infra import forks
 
     cwd, variables = context
     os.environ.update(variables)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import site
 import sysconfig
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,6 @@ def _result(row: Row, rule_id: str, text: str, finding, rule_index: int) -> dict
 
 
 def emit(rows: list[Row], *, command: str = "audit") -> str:
-    from importlib.metadata import version
 
     rules: dict[str, int] = {}
     results = []

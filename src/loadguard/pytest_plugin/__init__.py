@@ -29,8 +29,8 @@ import json
 
 import pytest
 
-from ._hook import install
 from ._fixtures import hf_runner, loadguard_report  # noqa: F401  (fixtures the plugin provides)
+from ._hook import install
 from ._state import POLICIES, Session, current_session, on_event, sessions, uses_a_fixture
 from ._summary import fingerprint, pytest_runtest_makereport, pytest_runtest_protocol, pytest_terminal_summary  # noqa: F401
 from ._workers import pytest_sessionfinish, pytest_testnodedown  # noqa: F401

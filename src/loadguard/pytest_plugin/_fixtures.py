@@ -7,6 +7,7 @@ import pytest
 
 from ._state import RUNNER_POLICY, TestRecord, current_session, marker, policy_for
 
+
 @pytest.fixture
 def loadguard_report(request) -> list:
     """The audit reports of the models the current test loaded so far (a live list)."""

@@ -5,17 +5,16 @@ session's policy after it."""
 from __future__ import annotations
 
 import contextlib
-import os
 import functools
+import os
 import sys
 import warnings
 
 import pytest
 
+from .. import _audit, _files
 from .._infra import AfterImport
 from ._state import Session, marker, policy_for
-from .. import _files
-from .. import _audit
 
 _MODELING = "transformers.modeling_utils"
 
@@ -44,8 +43,8 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         item = session.current
         if observers.inside_load.get() or item is None:
             return function(cls, *args, **kwargs)  # loadguard.load audits itself; outside tests: untouched
-        from .._hf import loading_info
         from .. import workarounds as registry
+        from .._hf import loading_info
 
         policy = policy_for(item, session)
         selection = marker(item).get("workarounds", ())
@@ -115,10 +114,9 @@ def reproducer_command(path, kwargs: dict, selection, poisoned: bool) -> str:
 
 
 def _audit_load(model, policy: str, item, early=(), reproduce: str = "") -> None:
-    from .._infra import observers
     from .. import workarounds as registry
-    from .._audit import attach, describe_failures
-    from .._audit import repair
+    from .._audit import attach, describe_failures, repair
+    from .._infra import observers
 
     settings = marker(item)
     chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]

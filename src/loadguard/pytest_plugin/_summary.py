@@ -10,6 +10,7 @@ import pytest
 
 from ._state import current_session
 
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     session = current_session()

@@ -9,6 +9,7 @@ import pytest
 
 from ._state import current_session
 
+
 def pytest_sessionfinish(session, exitstatus):
     workeroutput = getattr(session.config, "workeroutput", None)  # set on pytest-xdist workers only
     if workeroutput is not None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from .._audit import audit
 from .._infra import located
 from ..errors import LoadguardError
 from ..report import Finding
@@ -134,7 +135,6 @@ def nearest(findings: tuple[Finding, ...], module: str | None) -> tuple[tuple[Fi
 
 def explain(model: nn.Module, checkpoint: Any, crash: Crash) -> BrokenRun:
     """Audit ``model`` against ``checkpoint`` and name the wrong tensors nearest the module that raised."""
-    from .._audit import audit
 
     report = audit(model, checkpoint)
     tensors, scope = nearest(report.findings, crash.module)
@@ -144,7 +144,6 @@ def explain(model: nn.Module, checkpoint: Any, crash: Crash) -> BrokenRun:
 def crash_note(model, error: BaseException) -> str:
     """``loadguard: IndexError in positions (P) at modeling_x.py:41; the load left wrong in positions: positions.index
     (uninitialized)``; never raises (a note must not replace the model's own error)."""
-    from .._audit import audit
 
     try:
         crash = locate(model, error)

@@ -12,11 +12,10 @@ from typing import Any
 
 import torch
 
-from .. import _hf
-from .._files import Checkpoint
-from .._files import map_keys
+from .. import _files, _hf
+from .. import workarounds as registry
+from .._files import Checkpoint, map_keys
 from ..errors import CheckpointError
-from .. import _files
 
 
 def eager_load(
@@ -32,7 +31,6 @@ def eager_load(
     """
     from transformers import AutoConfig
 
-    from .. import workarounds as registry
 
     config_dict = _files.read_config(path, trust_remote_code)
     cls = _hf.resolve_class(auto_cls, config_dict)

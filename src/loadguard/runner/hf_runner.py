@@ -11,16 +11,16 @@ from typing import Any
 
 import torch
 
-from .. import _hf
+from .. import _audit, _hf
+from .. import workarounds as registry
 from .._audit import audit as run_audit
-from ..errors import InvalidOptionError, LoadguardError, RunnerConsistencyError
 from .._audit import load as guarded_load
 from .._audit import load_unaudited
+from ..errors import InvalidOptionError, LoadguardError, RunnerConsistencyError
 from ..report import AuditReport, RepairResult
 from ._attention import run_model
 from ._outputs import last_hidden, new_tokens, to_device
 from .crash import crash_note
-from .. import _audit
 
 POLICIES = ("repair", "raise", "warn", "off")
 TokensText = tuple[list[int], str]
@@ -91,7 +91,6 @@ class HfRunner:
         self.report_as_loaded: AuditReport | None = None
         """What ``from_pretrained`` left, before workarounds and repair (``model.loadguard_report_as_loaded``)."""
         self.repair: RepairResult | None = None
-        from .. import workarounds as registry
 
         chosen = registry.resolve(workarounds)
         load_stage = [w for w in chosen if w.stage != "runner"] + ([registry.AUTO] if registry.wants_auto(workarounds) else [])
@@ -114,7 +113,6 @@ class HfRunner:
                 raise TypeError(f"patch {getattr(patch, '__name__', patch)!r} must return the runner it was given, got {type(returned).__name__}")
 
     def _apply_runner_workarounds(self, chosen, strict: bool, automatic: bool) -> None:
-        from .. import workarounds as registry
 
         outcomes = registry.for_runner(self, chosen, strict=strict, automatic=registry.all_workarounds() if automatic else ())
         self.workarounds += outcomes
@@ -127,7 +125,6 @@ class HfRunner:
     ) -> HfRunner:
         """Wrap an already loaded model (no load, no audit): the generation methods, with the runner-stage
         workarounds named and (``auto_workarounds``) those that apply to the model."""
-        from .. import workarounds as registry
 
         runner = cls.__new__(cls)
         runner.model_name = name or str(getattr(getattr(model, "config", None), "_name_or_path", type(model).__name__))

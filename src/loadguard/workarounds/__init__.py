@@ -31,6 +31,23 @@ when you want the model's own recompute path, or need a fix before import. Examp
 
 from __future__ import annotations
 
+from ._apply import (
+    attempt,
+    before_import,
+    check_applies,
+    config_of,
+    construction,
+    for_runner,
+    forget_remote_code,
+    judge_before_import,
+    model_label,
+    predict_after_load,
+    remember,
+    stale,
+    targets_of,
+    using,
+)
+from ._external import load_file
 from ._registry import (
     AUTO,
     BUILT_IN,
@@ -52,27 +69,10 @@ from ._registry import (
     matching,
     model_code,
     names_of,
+    registering_from,
     resolve,
     wants_auto,
     workaround,
-)
-from ._registry import registering_from
-from ._external import load_file
-from ._apply import (
-    attempt,
-    before_import,
-    check_applies,
-    config_of,
-    construction,
-    for_runner,
-    forget_remote_code,
-    judge_before_import,
-    model_label,
-    predict_after_load,
-    remember,
-    stale,
-    targets_of,
-    using,
 )
 
 with registering_from(BUILT_IN):  # the built-ins depend on the registry only; registered before any lookup

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
-
 import os
 import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from .._files import config_dict, folder_of, local_config
 from ..errors import StaleWorkaroundError, WorkaroundError
 from ._registry import CONSTRUCTION_ATTRIBUTE, Workaround, WorkaroundOutcome, activate, fixes_for, get, model_code, resolve, wants_auto
+
 
 def _versions() -> str:
     import transformers

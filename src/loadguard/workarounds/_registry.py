@@ -14,6 +14,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,6 @@ def load_builtins() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None) or "?"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from ._registry import workaround
@@ -48,7 +49,6 @@ def minicpmv_pos_cache(model) -> int:
 def _generate_needs_adapting(runner) -> bool:
     """Its generate takes the tokenizer (to find its terminators) and a ``decode_text`` switch, and passes
     unknown keywords such as the processor's ``image_sizes`` down to the language model's generate."""
-    import inspect
 
     generate = runner.model.generate
     if getattr(generate, "_loadguard_wrapped", False):

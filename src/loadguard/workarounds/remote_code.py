@@ -119,7 +119,6 @@ class _TiedKeysShim:
 
 def _v4_tied_weights(source: str) -> bool:
     """Code written for 4.x's tying: ``_tied_weights_keys`` as a list, or a model class that never calls ``post_init()``."""
-    import re
 
     if re.search(r"_tied_weights_keys\s*(:[^=]*)?=\s*[\[(]", source):
         return True
@@ -162,12 +161,10 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     """The source fix of ``v4-tied-weights-keys``: a v4 ``_tied_weights_keys`` list becomes transformers 5's mapping
     ``{tied key: the input embeddings' weight}`` (iterating it gives 4.x the same keys), and a model class whose
     ``__init__`` never calls ``post_init()`` calls it last."""
-    import ast
 
     from transformers import PreTrainedModel
 
-    from .._codemod import Refused
-    from .._codemod import append_to_init, class_assignments, set_class_attribute
+    from .._codemod import Refused, append_to_init, class_assignments, set_class_attribute
 
     changed = dict(_python(sources))
     done = []

@@ -22,8 +22,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._source_fixes import fallback_import, llama_attention_imports, read_with_defaults, rope_scaling_reads
 from ._registry import Usage, workaround
+from ._source_fixes import fallback_import, llama_attention_imports, read_with_defaults, rope_scaling_reads
 from .remote_code import has_remote_code
 
 # transformers 4.x's global generation defaults on every config (PretrainedConfig._get_global_generation_defaults)

@@ -15,8 +15,8 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from ._registry import Usage, model_code, workaround
 from ._source_fixes import accepting, read_with_defaults
-from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 from .transformers_v4 import V4_GENERATION_DEFAULTS, config_attributes
 from .v4_names import diff
@@ -253,7 +253,6 @@ def model_attributes(path, config: dict) -> Iterator[Usage]:
 
 
 def _sources(path) -> list[str]:
-    from ._registry import model_code
 
     return model_code(path)
 

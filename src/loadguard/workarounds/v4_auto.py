@@ -6,10 +6,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ._source_fixes import renamed_auto_map
 from ._registry import Usage, workaround
+from ._source_fixes import renamed_auto_map
 from .remote_code import has_remote_code
-
 
 V4_AUTO_CLASSES = {"AutoModelForVision2Seq": "AutoModelForImageTextToText", "AutoModelWithLMHead": "AutoModelForCausalLM"}
 

@@ -9,13 +9,15 @@ class) runs, each only when the running transformers behaves the new way, each c
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import sys
 from collections.abc import Iterator
 
 from ._registry import Usage, workaround
 from ._source_fixes import accepting
-from .v4_api import on_new_subclasses, takes_keywords
 from .remote_code import has_remote_code
+from .v4_api import on_new_subclasses, takes_keywords
 
 # ----------------------------------------------------------------------------------------------------
 # ROPE_INIT_FUNCTIONS["default"]
@@ -186,7 +188,6 @@ def _refuses_loads_on_meta() -> bool:
 
 def _inside_a_constructor() -> bool:
     """Whether the caller runs inside some ``nn.Module.__init__`` (a model's constructor loading a sub-model)."""
-    import sys
 
     import torch
 
@@ -264,7 +265,6 @@ def _validate_passes_keywords() -> bool:
 )
 @contextlib.contextmanager
 def generation_validate(path, config: dict) -> Iterator[Usage]:
-    import functools
 
     from transformers import GenerationConfig
 

@@ -17,6 +17,7 @@ requires every entry of the diff served or declined). Names other workarounds ow
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import importlib
@@ -275,7 +276,6 @@ class _Patcher:
 
 def _imports_a_removed_name(source: str) -> bool:
     """Whether ``source`` imports, from a transformers module, a name the diff lists as gone from that module."""
-    import ast
 
     try:
         tree = ast.parse(source)

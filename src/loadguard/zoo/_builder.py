@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -12,10 +14,11 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from .. import workarounds as registry
+from .._infra import remove_tree
 from ..errors import FolderNotEmptyError, InvalidOptionError
 from ._entries import ZooEntry, get
 from ._tokenizer import SPECIAL_TOKENS, write_tokenizer
-
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,6 @@ MARKER = "loadguard_zoo.json"  # which zoo entry a folder is, with its demo prom
 def _classes(entry: ZooEntry):
     """The entry's configuration and model classes, imported from loadguard's copy of its remote code (inside
     the workarounds its code needs on this transformers, as a load would be)."""
-    from .. import workarounds as registry
 
     family = _FAMILIES[entry.family]
     package = f"loadguard.zoo.templates.{family.package}"
@@ -109,8 +111,6 @@ def _classes(entry: ZooEntry):
 
 def _quiet(function):
     """A v4-style config sets rope_scaling, which transformers 5 warns about: the zoo reproduces it on purpose."""
-    import functools
-    import warnings
 
     @functools.wraps(function)
     def quiet(*args, **kwargs):
@@ -171,7 +171,6 @@ def build_model(name: str, *, seed: int = _DEFAULT_SEED, **config_overrides: Any
     correct load must reproduce. Code written for older transformers is constructed inside the workarounds
     the entry needs (``entry.workarounds``).
     """
-    from .. import workarounds as registry
 
     entry = get(name)
     config = _config(entry, config_overrides)
@@ -300,8 +299,6 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
             )
             _write_json(folder / "processor_config.json", {"auto_map": auto_map, "processor_class": family.processor})
     except BaseException:
-        from .._infra import remove_tree
-
         remove_tree(folder.parent, folder, "the zoo folder being built")  # only the folder this call created
         raise
     return folder

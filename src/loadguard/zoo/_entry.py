@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..workarounds import get
+
 
 @dataclass(frozen=True)
 class ExpectedFinding:
@@ -54,7 +56,6 @@ class ZooEntry:
     @property
     def needed_workarounds(self) -> tuple[str, ...]:
         """Those the running transformers / torch lacks what they give back for: the ones its load needs here."""
-        from ..workarounds import get
 
         return tuple(name for name in self.workarounds if not get(name).is_native())
 

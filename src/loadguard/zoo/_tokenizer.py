@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
 # Token 0 is "!": a model whose logits are all NaN argmaxes to id 0 and "writes" "!!!!", as broken models do.
 # The rest are MiniCPM-V's image and slice markers and its terminators.
 SPECIAL_TOKENS = ["!", "<unk>", "<s>", "</s>", "<pad>", "<image>", "</image>", "<slice>", "</slice>", "<|im_end|>"]
@@ -25,7 +27,6 @@ def vocabulary(vocab_size: int) -> list[str]:
 
 def write_tokenizer(folder: Path, vocab_size: int) -> None:
     """Write tokenizer.json + tokenizer_config.json loadable by ``AutoTokenizer.from_pretrained``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {token: index for index, token in enumerate(vocabulary(vocab_size))}
