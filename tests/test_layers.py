@@ -67,6 +67,12 @@ DEFERRED_MODULES: dict[str, str] = {
 }
 
 
+STATUS_ENUMS = ("Status", "WorkaroundStatus", "FixStatus", "ChangeKind", "CellStatus")
+# Values that are also ordinary words of the JSON documents (keys such as "ok", "error", "findings"), checked only
+# where a status is compared
+AMBIGUOUS_VALUES = {"ok", "error", "findings", "clean", "workaround"}
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -329,6 +335,58 @@ def test_no_import_circles():
         if node not in state:
             visit(node)
     assert cycles == []
+
+
+def _status_values() -> dict[str, str]:
+    values = {}
+    for node in _tree("report").body:
+        if isinstance(node, ast.ClassDef) and node.name in STATUS_ENUMS:
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant):
+                    values.setdefault(statement.value.value, f"{node.name}.{statement.targets[0].id}")
+    return values
+
+
+def _not_statuses(tree: ast.Module) -> set[int]:
+    """Strings that are names or prose, not statuses: docstrings, ``__all__``, a face's names, a model config's keys."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            skip |= {id(n) for n in ast.walk(node)}
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "lazy_face":
+            skip |= {id(n) for n in ast.walk(node)}
+        if isinstance(node, ast.keyword) and node.arg == "config" and isinstance(node.value, ast.Dict):
+            skip |= {id(k) for k in node.value.keys if k is not None}
+    return skip
+
+
+def test_statuses_are_spelled_once():
+    """Outside ``report``, a status is its enum member: a string equal to one is flagged anywhere, and a word that is
+    also a JSON key ("ok", "error", "findings", "clean", "workaround") wherever it is compared with a status."""
+    values = _status_values()
+    assert {"uninitialized", "fixed", "recompute", "stale", "unavailable"} <= set(values)
+    wrong = []
+    for module in _modules():
+        if module == "report":
+            continue
+        tree = _tree(module)
+        skip = _not_statuses(tree)
+        compared = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and "status" in ast.unparse(node):
+                for side in [node.left, *node.comparators]:
+                    compared |= {id(n) for n in ast.walk(side)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in values):
+                continue
+            if id(node) in skip or (node.value in AMBIGUOUS_VALUES and id(node) not in compared):
+                continue
+            wrong.append(f"loadguard.{module}:{node.lineno} {node.value!r}: use {values[node.value]}")
+    assert wrong == []
 
 
 def test_no_module_over_350_lines():

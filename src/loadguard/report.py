@@ -11,7 +11,15 @@ from enum import Enum
 from typing import Any
 
 
-class Status(str, Enum):
+class Vocabulary(str, Enum):
+    """A word of loadguard's vocabulary: equal to, hashed as, printed and formatted as its string (``f"{status}"``
+    gives ``uninitialized``, as JSON does)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class Status(Vocabulary):
     """What a finding says of a tensor."""
 
     OK = "ok"
@@ -26,7 +34,7 @@ class Status(str, Enum):
     never failing."""
 
 
-class Check(str, Enum):
+class Check(Vocabulary):
     NON_PERSISTENT_BUFFER = "non_persistent_buffer"
     CHECKPOINT_FIDELITY = "checkpoint_fidelity"
     MISSING_KEY = "missing_key"
@@ -40,7 +48,7 @@ def is_failing(status: str | Status) -> bool:
     return Status(status) in FAILING_STATUSES
 
 
-class WorkaroundStatus(str, Enum):
+class WorkaroundStatus(Vocabulary):
     """What became of a workaround in one load (or, ``needed``, in a scan's prediction)."""
 
     APPLIED = "applied"
@@ -49,7 +57,7 @@ class WorkaroundStatus(str, Enum):
     NEEDED = "needed"
 
 
-class FixStatus(str, Enum):
+class FixStatus(Vocabulary):
     """What ``loadguard.fix`` achieved (see :class:`loadguard.FixResult`)."""
 
     FIXED = "fixed"
@@ -59,7 +67,7 @@ class FixStatus(str, Enum):
     UNVERIFIED = "unverified"
 
 
-class ChangeKind(str, Enum):
+class ChangeKind(Vocabulary):
     """The kind of one edit ``loadguard fix`` makes to a model's code."""
 
     RECOMPUTE = "recompute"
@@ -68,7 +76,7 @@ class ChangeKind(str, Enum):
     WORKAROUND = "workaround"
 
 
-class CellStatus(str, Enum):
+class CellStatus(Vocabulary):
     """One model under one transformers version in a matrix."""
 
     CLEAN = "clean"
@@ -87,7 +95,7 @@ class Finding:
     tensor: str
     kind: str  # "parameter" | "buffer"
     check: str  # a Check value
-    status: str  # a Status value
+    status: Status
     dtype: str
     shape: tuple[int, ...]
     device: str
@@ -106,7 +114,7 @@ class Finding:
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         """The finding :meth:`to_dict` wrote (derived keys such as ``module`` are recomputed, not read)."""
         fields = {k: (tuple(v) if k == "shape" else v) for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**fields)
+        return cls(**{**fields, "status": Status(fields["status"])} if "status" in fields else fields)
 
     @property
     def module(self) -> str:

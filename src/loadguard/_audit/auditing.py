@@ -132,8 +132,8 @@ def check_summary(check: Check, checked: int, findings: list[Finding], reason: s
         True,
         checked=checked,
         failed=sum(f.failing for f in findings),
-        unverifiable=sum(f.status == "unverifiable" for f in findings),
-        initialized=sum(f.status == "initialized" for f in findings),
+        unverifiable=sum(f.status == Status.UNVERIFIABLE for f in findings),
+        initialized=sum(f.status == Status.INITIALIZED for f in findings),
         reason=reason,
     )
 

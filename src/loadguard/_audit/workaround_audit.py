@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import WorkaroundError
+from ..report import WorkaroundStatus
 from ..workarounds import Workaround, WorkaroundOutcome, config_of, model_label, stale, targets_of
 from .auditing import audit
 
@@ -32,7 +33,7 @@ def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, s
                 f"workaround {item.name} applied to {model_label(config)} and fixed nothing (its targets {', '.join(broken)} are broken)",
                 "the model's code changed under the workaround: update or remove it",
             )
-        outcomes.append(WorkaroundOutcome(item.name, item.stage, "applied", fixed, f"fixed {', '.join(broken)}", item.upstream))
+        outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.APPLIED, fixed, f"fixed {', '.join(broken)}", item.upstream))
         report = None  # the model changed: a later workaround audits it again
     return outcomes
 
@@ -45,7 +46,7 @@ def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = 
     """
     as_loaded = audit(model, checkpoint)
     outcomes = tuple(early) + tuple(after_load(model, items, as_loaded, strict=strict))
-    after = audit(model, checkpoint) if any(o.status == "applied" and o.stage == "after_load" for o in outcomes) else None
+    after = audit(model, checkpoint) if any(o.status == WorkaroundStatus.APPLIED and o.stage == "after_load" for o in outcomes) else None
     as_loaded = dataclasses.replace(as_loaded, workarounds=outcomes)
     return as_loaded, (dataclasses.replace(after, workarounds=outcomes) if after is not None else None)
 

@@ -15,6 +15,7 @@ from huggingface_hub import snapshot_download
 from .._files import HUB_ID, failure, hub_offline
 from .._infra import cell, leaving, remove_tree
 from ..errors import InvalidOptionError, ModelNotFoundError
+from ..report import FixStatus
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
 DIFF = "loadguard-fix.diff"
@@ -90,9 +91,9 @@ def publish(staging: Path, out: Path, result: Any) -> None:
 
 def _status_line(result: Any) -> str:
     return {
-        "fixed": "Every tensor the load got wrong now loads right.",
-        "partly": "Some tensors now load right; the rest need a change by hand (listed below).",
-        "unverified": "The change was written without its proofs (`--no-verify`, or a proof could not run): check it before you merge it.",
+        FixStatus.FIXED: "Every tensor the load got wrong now loads right.",
+        FixStatus.PARTLY: "Some tensors now load right; the rest need a change by hand (listed below).",
+        FixStatus.UNVERIFIED: "The change was written without its proofs (`--no-verify`, or a proof could not run): check it before you merge it.",
     }.get(result.status, result.status)
 
 

@@ -36,7 +36,7 @@ from .. import workarounds as registry
 from .._audit import audit, load_unaudited
 from .._infra import envs, forks, procs, remove_tree
 from ..errors import FolderNotEmptyError, InvalidOptionError, LoadguardError, ModelNotFoundError
-from ..report import Finding
+from ..report import Finding, FixStatus, Status, WorkaroundStatus
 from .files import publish, stage
 from .plan import Change, Refusal, plan_fix
 from .upstream import upstream_patch
@@ -66,7 +66,7 @@ class FixResult:
 
     model: str
     out: str | None
-    status: str
+    status: FixStatus
     findings: tuple[Finding, ...]
     workarounds: tuple[str, ...]
     changes: tuple[Change, ...]
@@ -81,7 +81,7 @@ class FixResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("fixed", "clean")
+        return self.status in (FixStatus.FIXED, FixStatus.CLEAN)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,11 +119,11 @@ def fix(
     start = time.perf_counter()
     model, early = load_unaudited(auto_class, folder, poison=True, workarounds=workarounds, trust_remote_code=trust_remote_code)
     report, _ = _audit.audit_after_load(model, registry.resolve(workarounds), folder, early=early)
-    needed = tuple(o.name for o in early if o.status == "applied")
+    needed = tuple(o.name for o in early if o.status == WorkaroundStatus.APPLIED)
     seconds["audit"] = time.perf_counter() - start
     findings = tuple(report.failures)
     if not findings and not needed:
-        return FixResult(str(path), None, "clean", findings, needed, (), (), (), "", dict(report.versions), seconds)
+        return FixResult(str(path), None, FixStatus.CLEAN, findings, needed, (), (), (), "", dict(report.versions), seconds)
     plan = plan_fix(model, report, folder, list(needed))
 
     upstream = upstream_patch(model, report)
@@ -131,7 +131,7 @@ def fix(
     diff = _diff(plan.original, plan.files)
     base = (str(path), findings, needed, tuple(plan.changes), tuple(plan.refused))
     if not plan.files:
-        return FixResult(base[0], None, "not_fixed", *base[1:], (), "", dict(report.versions), seconds, upstream)
+        return FixResult(base[0], None, FixStatus.NOT_FIXED, *base[1:], (), "", dict(report.versions), seconds, upstream)
     staging = stage(folder, target, plan.files, diff)
     try:
         proofs: tuple[Proof, ...] = ()
@@ -143,8 +143,8 @@ def fix(
             proofs += (_unchanged_before_v5(folder, staging, compat_version, needed),)
             seconds["prove_compat"] = time.perf_counter() - start
         status = _status(verify, proofs, plan.refused)
-        result = FixResult(base[0], str(target) if status != "not_fixed" else None, status, *base[1:], proofs, diff, dict(report.versions), seconds, upstream)
-        if status != "not_fixed":
+        result = FixResult(base[0], str(target) if status != FixStatus.NOT_FIXED else None, status, *base[1:], proofs, diff, dict(report.versions), seconds, upstream)
+        if status != FixStatus.NOT_FIXED:
             publish(staging, target, result)
         return result
     finally:
@@ -154,12 +154,12 @@ def fix(
 
 def _status(verify: bool, proofs: tuple[Proof, ...], refused: list[Refusal]) -> str:
     if not verify:
-        return "unverified"
+        return FixStatus.UNVERIFIED
     if any(p.ok is False for p in proofs):
-        return "not_fixed"
+        return FixStatus.NOT_FIXED
     if any(p.ok is None for p in proofs):
-        return "unverified"
-    return "partly" if refused else "fixed"
+        return FixStatus.UNVERIFIED
+    return FixStatus.PARTLY if refused else FixStatus.FIXED
 
 
 def _check_paths(folder: Path, target: Path) -> None:
@@ -235,7 +235,7 @@ def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Ref
     if skipped or not document.get("checks"):  # a check that did not run finds nothing: that is no proof
         why = "; ".join(f"{c['check']}: {c.get('reason') or 'did not run'}" for c in skipped) or "no check ran"
         return Proof("loads_right", version, False, f"the audit of the patched copy could not check everything ({why})")
-    failing = {f["tensor"] for f in document.get("findings", []) if f["status"] in ("uninitialized", "mismatch", "on_meta", "overwritten")}
+    failing = {f["tensor"] for f in document.get("findings", []) if f["status"] in (Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN)}
     # a tensor that was wrong must come out right by the check that caught it: one that the patch merely moved out of
     # that check's sight (a tie no longer declared, so its table counts as a missing key "initialized") is not fixed
     before = {f.tensor: f.check for f in findings}

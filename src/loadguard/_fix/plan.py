@@ -27,9 +27,9 @@ from typing import Any
 from .. import _codemod
 from .. import workarounds as registry
 from .._infra import source_path
-from ..report import AuditReport
+from ..report import AuditReport, ChangeKind, Status
 
-RECOMPUTED = ("uninitialized", "on_meta", "mismatch")
+RECOMPUTED = (Status.UNINITIALIZED, Status.ON_META, Status.MISMATCH)
 _TIES = "v4-tied-weights-keys"
 
 
@@ -38,7 +38,7 @@ class Change:
     """One edit of one file: what it does and the findings (tensors) or workaround it answers."""
 
     file: str
-    kind: str  # recompute | keep_arguments | guard_overwrites | workaround
+    kind: ChangeKind
     description: str
     tensors: tuple[str, ...] = ()
     workaround: str | None = None
@@ -52,7 +52,7 @@ class Refusal:
     """A finding (or a workaround's need) no mechanical edit answers: why, and the line to change by hand."""
 
     tensor: str
-    status: str
+    status: Status
     reason: str
     location: str | None = None
 
@@ -161,7 +161,7 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
     branches: dict[tuple[str, str], list[_codemod.Branch]] = {}
     keep: dict[tuple[str, str], set[str]] = {}
     overwritten: dict[tuple[str, str], list[str]] = {}
-    meta = {(f.location, f.tensor.rpartition(".")[2]) for f in report.failures if f.status == "on_meta"}
+    meta = {(f.location, f.tensor.rpartition(".")[2]) for f in report.failures if f.status == Status.ON_META}
     seen: dict[tuple[str, str], tuple[tuple[str, str], _codemod.Branch] | str] = {}  # (where, branch), or why there is none
     answered = {t for c in plan.changes for t in c.tensors}
     for finding in report.failures:
@@ -172,7 +172,7 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
         if target is None:
             plan.refused.append(Refusal(finding.tensor, finding.status, "the _init_weights transformers calls for it is transformers' own code: an upstream change (result.upstream; `loadguard audit --reproducer DIR` writes it as transformers-upstream.diff)", finding.location))
             continue
-        if finding.status == "overwritten":
+        if finding.status == Status.OVERWRITTEN:
             overwritten.setdefault(target, []).append(finding.tensor)
             continue
         if finding.status not in RECOMPUTED or (finding.kind == "parameter" and finding.check != "missing_key") or (finding.persistent and finding.kind == "buffer"):
@@ -205,12 +205,12 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
         _answered(branches[seen[key][0]], seen[key][1], finding.tensor)
     for (file, cls), names in keep.items():
         if names:
-            _edit(plan, file, lambda s, c=cls, n=sorted(names): _codemod.keep_arguments(s, c, n), Change(file, "keep_arguments", f"{cls}.__init__ keeps {', '.join(sorted(names))} so _init_weights can recompute from it"))
+            _edit(plan, file, lambda s, c=cls, n=sorted(names): _codemod.keep_arguments(s, c, n), Change(file, ChangeKind.KEEP_ARGUMENTS, f"{cls}.__init__ keeps {', '.join(sorted(names))} so _init_weights can recompute from it"))
     for (file, cls), tensors in overwritten.items():
         guarded = _edit(plan, file, lambda s, c=cls: _codemod.guard_writes(s, c)[0],
-                        Change(file, "guard_overwrites", f"{cls}._init_weights leaves tensors the checkpoint loaded alone (transformers 5's _is_hf_initialized flag)", tuple(tensors)))
+                        Change(file, ChangeKind.GUARD_OVERWRITES, f"{cls}._init_weights leaves tensors the checkpoint loaded alone (transformers 5's _is_hf_initialized flag)", tuple(tensors)))
         if not guarded:
-            plan.refused += [Refusal(t, "overwritten", f"{cls}._init_weights has no in-place write loadguard can guard: the write is elsewhere", None) for t in tensors]
+            plan.refused += [Refusal(t, Status.OVERWRITTEN, f"{cls}._init_weights has no in-place write loadguard can guard: the write is elsewhere", None) for t in tensors]
     for (file, cls), found in branches.items():
         add_branches_to_plan(plan, file, cls, _codemod.merge(found))
     return plan
@@ -256,7 +256,7 @@ def add_branches_to_plan(plan: Plan, file: str, cls: str, branches: list[_codemo
         return
     plan.edit(file, text)
     for branch in branches:
-        plan.changes.append(Change(file, "recompute", f"{cls}._init_weights recomputes {', '.join(dict.fromkeys(t.rpartition('.')[2] for t in branch.tensors))} of {branch.cls} as its __init__ makes it", branch.tensors))
+        plan.changes.append(Change(file, ChangeKind.RECOMPUTE, f"{cls}._init_weights recomputes {', '.join(dict.fromkeys(t.rpartition('.')[2] for t in branch.tensors))} of {branch.cls} as its __init__ makes it", branch.tensors))
 
 
 def _defining_file(plan: Plan, cls: str) -> str | None:
@@ -281,7 +281,7 @@ def _workaround_edits(plan: Plan, items: list, config: dict, model: Any, tensors
             if text == plan.source(name):
                 continue
             plan.edit(name, text)
-            plan.changes.append(Change(name, "workaround", description, tensors, item.name))
+            plan.changes.append(Change(name, ChangeKind.WORKAROUND, description, tensors, item.name))
         if not changed and not quiet:
             plan.refused.append(Refusal("", "", f"workaround {item.name}: its source fix found nothing to change in the model's files"))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import _codemod
 from .._codemod import init_weights_parameter
-from ..report import AuditReport
+from ..report import AuditReport, Status
 from .plan import RECOMPUTED, Plan, add_branches_to_plan, class_file, owning_module, split_location
 
 
@@ -52,7 +52,7 @@ def upstream_patch(model: Any, report: AuditReport) -> str:
             continue
         live = model.get_submodule(finding.module)
         try:
-            branch = _codemod.recompute(plan.original[file], line, finding.tensor.rpartition(".")[2], finding.kind, on_meta=finding.status == "on_meta",
+            branch = _codemod.recompute(plan.original[file], line, finding.tensor.rpartition(".")[2], finding.kind, on_meta=finding.status == Status.ON_META,
                                         init_param=init_weights_parameter(plan.original[target], definer.__name__) or "module",
                                         available=frozenset(n for n in ("config",) if hasattr(live, n)))
         except _codemod.Refused:

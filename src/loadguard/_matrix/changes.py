@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._infra import cell
-from ..report import failing
+from ..report import CellStatus, FixStatus, failing
 from .matrices import Matrix
 
 
@@ -48,14 +48,14 @@ def diff(result: Matrix, before: str, after: str) -> tuple[VerdictChange, ...]:
         a, b = result.cell(model, before), result.cell(model, after)
         tensors_a = {f"{f['tensor']} ({f['status']})" for f in failing(a.report["findings"])} if a.report else set()
         tensors_b = {f"{f['tensor']} ({f['status']})" for f in failing(b.report["findings"])} if b.report else set()
-        if "unavailable" in (a.status, b.status):
+        if CellStatus.UNAVAILABLE in (a.status, b.status):
             change = "not compared"
-        elif a.status == "error" or b.status == "error":
-            change = "unchanged" if a.status == b.status == "error" else "newly broken" if b.status == "error" else "now checkable"
+        elif a.status == CellStatus.ERROR or b.status == CellStatus.ERROR:
+            change = "unchanged" if a.status == b.status == CellStatus.ERROR else "newly broken" if b.status == CellStatus.ERROR else "now checkable"
         elif tensors_a == tensors_b:
             change = "unchanged"
         elif not tensors_b:
-            change = "fixed"
+            change = FixStatus.FIXED
         elif not tensors_a:
             change = "new failure"
         else:

@@ -27,7 +27,7 @@ from .. import workarounds as registry
 from .._infra import envs
 from ..errors import InvalidOptionError
 from ..executors import resolve, split
-from ..report import failing
+from ..report import CellStatus, WorkaroundStatus, failing
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Cell:
 
     model: str
     transformers: str
-    status: str
+    status: CellStatus
     report: dict | None = None
     error: str = ""
     hint: str = ""
@@ -53,7 +53,7 @@ class Cell:
 
     def verdict(self) -> str:
         """What a reader compares across versions: clean, the failing tensors, or why it could not run."""
-        if self.status in ("error", "unavailable"):
+        if self.status in (CellStatus.ERROR, CellStatus.UNAVAILABLE):
             return f"{self.status}: {self.error}"
         if not self.failures:
             return "clean"
@@ -65,13 +65,13 @@ class Cell:
             return "unknown"
         for outcome in self.report.get("workarounds", []):
             if outcome["name"] == name:
-                return {"applied": "needed", "needed": "needed", "stale": "stale", "not_applicable": "not applicable"}.get(outcome["status"], outcome["status"])
+                return {WorkaroundStatus.APPLIED: WorkaroundStatus.NEEDED, WorkaroundStatus.NEEDED: WorkaroundStatus.NEEDED, WorkaroundStatus.STALE: WorkaroundStatus.STALE, WorkaroundStatus.NOT_APPLICABLE: "not applicable"}.get(outcome["status"], outcome["status"])
         return "not applicable"
 
     @classmethod
     def from_dict(cls, data: dict) -> Cell:
         """The cell :meth:`to_dict` wrote (``verdict`` is recomputed, not read)."""
-        return cls(data["model"], data["transformers"], data["status"], data.get("report"), data.get("error") or "", data.get("hint") or "",
+        return cls(data["model"], data["transformers"], CellStatus(data["status"]), data.get("report"), data.get("error") or "", data.get("hint") or "",
                    data.get("seconds", 0.0), data.get("ran_with") or {})
 
     @classmethod
@@ -82,7 +82,7 @@ class Cell:
             cell.to_dict()
         except Exception:
             return False
-        known = cell.status in ("clean", "findings", "error", "unavailable") and (cell.status in ("error", "unavailable") or isinstance(cell.report, dict))
+        known = cell.status in (CellStatus.CLEAN, CellStatus.FINDINGS, CellStatus.ERROR, CellStatus.UNAVAILABLE) and (cell.status in (CellStatus.ERROR, CellStatus.UNAVAILABLE) or isinstance(cell.report, dict))
         return known and all(isinstance(v, t) for v, t in ((cell.error, str), (cell.hint, str), (cell.seconds, (int, float)), (cell.ran_with, dict)))
 
     def to_dict(self) -> dict:
@@ -165,11 +165,11 @@ def _cell(model: str, version: str, full: bool, result: dict, seconds: float) ->
         if not full and not document.get("scanned", True):
             return Cell(model, version, "error", None, document["error"], document["hint"], seconds)
         clean = not failing(document["findings"])
-        return Cell(model, version, "clean" if clean else "findings", document, seconds=seconds)
+        return Cell(model, version, CellStatus.CLEAN if clean else CellStatus.FINDINGS, document, seconds=seconds)
     lines = [line for line in result["stderr"].splitlines() if line.strip()]
     error = next((line[len("Error: "):] for line in lines if line.startswith("Error: ")), lines[-1] if lines else f"exit {result['returncode']}")
     hint = next((line[len("Hint: "):] for line in lines if line.startswith("Hint: ")), "")
-    return Cell(model, version, "error", None, error, hint, seconds)
+    return Cell(model, version, CellStatus.ERROR, None, error, hint, seconds)
 
 
 def environment_selfcheck(worker: envs.Worker) -> dict:
@@ -188,11 +188,11 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
     """Cells ``(model, options)`` of one environment, through one worker; in scan mode the scan's self-check runs
     there first (into ``checks``), and a failed one is every cell's error (the scans refuse there)."""
     if not environment.ok:
-        return [Cell(model, environment.version, "unavailable", error=environment.reason) for model, _ in cells]
+        return [Cell(model, environment.version, CellStatus.UNAVAILABLE, error=environment.reason) for model, _ in cells]
     try:
         worker = envs.Worker(environment)
     except RuntimeError as error:
-        return [Cell(model, environment.version, "unavailable", error=f"the environment does not start: {error}") for model, _ in cells]
+        return [Cell(model, environment.version, CellStatus.UNAVAILABLE, error=f"the environment does not start: {error}") for model, _ in cells]
     out = []
     try:
         if not full:
@@ -249,7 +249,7 @@ def matrix(
             environment, ran, check = outcome.value
         else:  # the item itself did not finish (its process died): every cell of it says why
             environment = envs.Environment(version, envs.cache_root(), ok=False, reason=outcome.error)
-            ran, check = [Cell(m, version, "unavailable", error=outcome.error) for m, _ in cells], None
+            ran, check = [Cell(m, version, CellStatus.UNAVAILABLE, error=outcome.error) for m, _ in cells], None
         environments.setdefault(version, environment)
         if check is not None:
             checks.setdefault(version, check)
@@ -322,7 +322,7 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
     def cell(version: str) -> Cell:
         if version not in seen:
             outcome = runner.map(_environment_cells, [(version, [(model, list(options))], full, limits)])[0]
-            seen[version] = outcome.value[1][0] if outcome.ok else Cell(model, version, "unavailable", error=outcome.error)
+            seen[version] = outcome.value[1][0] if outcome.ok else Cell(model, version, CellStatus.UNAVAILABLE, error=outcome.error)
         return seen[version]
 
     candidates = len(versions)
@@ -332,7 +332,7 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
     lo, hi = 0, len(versions) - 1  # verdict(lo) == base, verdict(hi) != base
     while hi - lo > 1:
         middle = (lo + hi) // 2
-        if cell(versions[middle]).status == "unavailable":  # not installable here: decide without it
+        if cell(versions[middle]).status == CellStatus.UNAVAILABLE:  # not installable here: decide without it
             del versions[middle]
             hi -= 1
             continue

@@ -37,7 +37,7 @@ from .._audit import CONSTANT_FILL_NOTE, load
 from .._files import Checkpoint
 from .._infra import cache_folder, observers, write_atomically
 from ..errors import ScanError
-from ..report import failing
+from ..report import Status, failing
 
 # (zoo entry, what it covers): every way a load goes wrong that a scan predicts, and a clean model
 CASES: tuple[tuple[str, str], ...] = (
@@ -45,7 +45,7 @@ CASES: tuple[tuple[str, str], ...] = (
     ("np_buffer_in_checkpoint", "b: buffer values in the checkpoint, discarded"),
     ("shared_buffer", "c: one buffer in several modules (garbage, then meta)"),
     ("missing_key", "d: a parameter missing from the checkpoint"),
-    ("overwritten", "e: a loaded weight overwritten by _init_weights"),
+    (Status.OVERWRITTEN, "e: a loaded weight overwritten by _init_weights"),
     ("sharded", "e: the same, from a 3-shard checkpoint"),
     ("tensor_attribute", "a plain tensor attribute left on meta"),
     ("v4_rope_scaling", "v4-era code (a workaround) with rotary inv_freq"),
@@ -278,7 +278,7 @@ def reconcile(predicted: list[dict], audited: dict[str, str], folder: Any) -> tu
 
     expected = {f["tensor"]: f["status"] for f in failing(predicted)}
     candidates = [
-        f["tensor"] for f in failing(predicted) if f["status"] == "overwritten" and CONSTANT_FILL_NOTE in f["detail"] and f["tensor"] not in audited
+        f["tensor"] for f in failing(predicted) if f["status"] == Status.OVERWRITTEN and CONSTANT_FILL_NOTE in f["detail"] and f["tensor"] not in audited
     ]
     invisible = tuple(sorted(name for name in candidates if _holds_a_constant(Path(str(folder)), name)))
     for name in invisible:

@@ -8,17 +8,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._infra import cell, styled
+from ..report import CellStatus
 
 
 def _cell_text(cell) -> str:
     from ..report import failing as failing_findings
     from ._render import collapse_names
 
-    if cell.status == "unavailable":
+    if cell.status == CellStatus.UNAVAILABLE:
         return f"not installable here: {cell.error}"
-    if cell.status == "error":
+    if cell.status == CellStatus.ERROR:
         return f"could not scan: {cell.error}"
-    if cell.status == "clean":
+    if cell.status == CellStatus.CLEAN:
         return "clean"
     failing = failing_findings(cell.report["findings"])
     names = collapse_names(f"{f['tensor']} ({f['status']})" for f in failing)

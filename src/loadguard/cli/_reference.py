@@ -7,6 +7,7 @@ from typing import Any
 
 from .._infra import styled
 from ..errors import LoadguardError, ModelRunError, ReferenceBuildError, command_line
+from ..report import WorkaroundStatus
 from ._common import progress
 
 
@@ -17,7 +18,7 @@ def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, 
     from .. import workarounds as registry
     from ..runner import HfRunner, eager_load
 
-    applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == "applied"]
+    applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == WorkaroundStatus.APPLIED]
     try:
         with progress(f"Building the reference of {path} eagerly"):
             twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=applied)

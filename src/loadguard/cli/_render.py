@@ -11,16 +11,16 @@ from rich.console import Console
 from rich.table import Table
 
 from .._infra import Markup, styled
-from ..report import AuditReport, Check, Finding, RepairResult
+from ..report import AuditReport, Check, Finding, RepairResult, Status
 
 _INDEX = re.compile(r"(?<=\.)(\d+)(?=\.|$)")
 _STATUS_STYLE = {
-    "uninitialized": "bold red",
-    "overwritten": "bold red",
-    "mismatch": "red",
-    "on_meta": "bold magenta",
-    "unverifiable": "yellow",
-    "initialized": "cyan",
+    Status.UNINITIALIZED: "bold red",
+    Status.OVERWRITTEN: "bold red",
+    Status.MISMATCH: "red",
+    Status.ON_META: "bold magenta",
+    Status.UNVERIFIABLE: "yellow",
+    Status.INITIALIZED: "cyan",
 }
 
 
@@ -61,7 +61,7 @@ def _diff(group: list[Finding]) -> str:
     values = [f.max_abs_diff for f in group if f.max_abs_diff is not None]
     if values:
         return f"{max(values):.3g}"
-    return "n/a" if any(f.status not in ("unverifiable", "initialized") for f in group) else ""
+    return "n/a" if any(f.status not in (Status.UNVERIFIABLE, Status.INITIALIZED) for f in group) else ""
 
 
 def findings_table(findings: Iterable[Finding], title: str | None = None) -> Table:

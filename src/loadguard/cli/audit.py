@@ -14,6 +14,7 @@ from .. import _audit, _files
 from .._infra import Markup, styled
 from ..errors import LoadguardError, hint_for
 from ..formats import Row
+from ..report import WorkaroundStatus
 from ._baseline import apply_baseline, baseline_options
 from ._common import SCHEMA_VERSION, ExitCode, load_model, loading_options, stderr
 from ._limits import limits_options
@@ -139,7 +140,7 @@ def _write_reproducers(model, report, folder, path, auto_class, trust_remote_cod
     cls = _hf.resolve_class(auto_class, _files.read_config(path, trust_remote_code))
     name = cls.__name__ if hasattr(transformers, cls.__name__) else "AutoModel"
     kwargs = {"trust_remote_code": trust_remote_code, **({"dtype": dtype} if dtype not in (None, "auto") else {}), **placement}
-    applied = [w.name for w in early if w.status == "applied"]
+    applied = [w.name for w in early if w.status == WorkaroundStatus.APPLIED]
     written = write_reproducers(report, folder, model=str(path), auto_class=name, from_pretrained=kwargs, workarounds=applied)
     for script in written:
         stderr().print(f"wrote {script} (python {script}: exit 1 while it is wrong)", highlight=False)

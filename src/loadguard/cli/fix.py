@@ -11,6 +11,7 @@ import click
 
 from .._infra import Markup, styled
 from ..errors import LoadguardError, hint_for
+from ..report import FixStatus
 from ._common import ExitCode, note, progress, quiet_transformers
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
@@ -154,8 +155,8 @@ class _Fixed:
 
 def _print_one(result, out, err) -> None:
 
-    headline = {"fixed": "[bold green]fixed[/]", "partly": "[bold yellow]partly fixed[/]", "not_fixed": "[bold red]not fixed[/]",
-                "clean": "[bold green]clean[/]: the load was right, nothing to change", "unverified": "[bold yellow]written, not proven[/]"}
+    headline = {FixStatus.FIXED: "[bold green]fixed[/]", FixStatus.PARTLY: "[bold yellow]partly fixed[/]", FixStatus.NOT_FIXED: "[bold red]not fixed[/]",
+                FixStatus.CLEAN: "[bold green]clean[/]: the load was right, nothing to change", FixStatus.UNVERIFIED: "[bold yellow]written, not proven[/]"}
     out.print(styled("{}: {}{}", result.model, Markup(headline[result.status]), f" -> {result.out}" if result.out else ""), highlight=False)
     for change in result.changes:
         out.print(f"  changed {change.file}: {change.description}", highlight=False)
@@ -167,7 +168,7 @@ def _print_one(result, out, err) -> None:
     for proof in result.proofs:
         mark = Markup({True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok])
         out.print(styled("  proof on transformers {}, {}: {}: {}", proof.transformers, proof.name.replace('_', ' '), mark, proof.detail), highlight=False)
-    if result.status == "unverified" and not result.proofs:
+    if result.status == FixStatus.UNVERIFIED and not result.proofs:
         err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
     if result.out:
         err.print(f"wrote {result.out}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)

@@ -9,6 +9,7 @@ import click
 
 from .._infra import Markup
 from ..errors import InvalidOptionError
+from ..report import CellStatus
 from ._common import ExitCode, progress, stderr
 from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, cell_rows, matrix_markdown  # noqa: F401  (matrix_markdown, cell_rows: tools)
 from ._options import executor_option, format_option, workarounds_from_option
@@ -102,7 +103,7 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
     if diff_versions:
         return _diff(result, *[versions_from(v, 1)[0] for v in diff_versions], fmt)
     write(fmt, Cells(result))
-    if all(c.status == "unavailable" for c in result.cells):
+    if all(c.status == CellStatus.UNAVAILABLE for c in result.cells):
         stderr().print(Markup("[bold red]Error:[/] none of the transformers versions could be installed here"), highlight=False)
         return ExitCode.COULD_NOT_RUN
     return cells_exit(result.cells)
@@ -111,13 +112,13 @@ def matrix(paths, transformers_versions, max_versions, full, trust_remote_code, 
 def cells_exit(cells) -> ExitCode:
     """0 every cell clean; 1 findings; 3 partial: a model could not be scanned under some version (its cell says why),
     as a scan fleet's exit; 2 none could be. A version that could not be installed is its column's reason, not a model's."""
-    ran = [c for c in cells if c.status != "unavailable"]
-    errors = [c for c in ran if c.status == "error"]
+    ran = [c for c in cells if c.status != CellStatus.UNAVAILABLE]
+    errors = [c for c in ran if c.status == CellStatus.ERROR]
     if ran and len(errors) == len(ran):
         return ExitCode.COULD_NOT_RUN
     if errors:
         return ExitCode.PARTIAL
-    return ExitCode.CLEAN if all(c.status == "clean" for c in cells) else ExitCode.FINDINGS
+    return ExitCode.CLEAN if all(c.status == CellStatus.CLEAN for c in cells) else ExitCode.FINDINGS
 
 
 def _resumed_matrix(matrix_module, path: str, models: list[str], versions: list[str], options: dict):

@@ -19,7 +19,7 @@ from .._infra import Markup, cell, styled
 from .._scan import DEFAULT_TIMEOUT, scan_fleet, scan_fleet_spawned, scan_row  # noqa: F401  (scan_fleet_spawned: tests)
 from ..errors import InvalidOptionError, LoadguardError
 from ..formats import Row
-from ..report import AuditReport, CheckSummary, Finding, failing
+from ..report import AuditReport, CheckSummary, Finding, Status, WorkaroundStatus, failing
 from ._baseline import apply_baseline, baseline_options
 from ._common import SCHEMA_VERSION, ExitCode, parse_placement, quiet_transformers, stderr, stdout
 from ._limits import memory_limit  # noqa: F401  (tests and tools import it from here)
@@ -68,14 +68,14 @@ def _tensors(row: dict, limit: int = 4) -> str:
 
     if not row["scanned"]:
         return row["error"]
-    names = collapse_names(f["tensor"] + f" ({f['status']})" for f in row["findings"] if f["status"] != "unverifiable")
+    names = collapse_names(f["tensor"] + f" ({f['status']})" for f in row["findings"] if f["status"] != Status.UNVERIFIABLE)
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _workarounds(row: dict) -> str:
     if not row["scanned"]:
         return row["hint"]
-    return ", ".join(w["name"] for w in row["workarounds"] if w["status"] == "applied")
+    return ", ".join(w["name"] for w in row["workarounds"] if w["status"] == WorkaroundStatus.APPLIED)
 
 
 def _markdown(rows: list[dict]) -> str:

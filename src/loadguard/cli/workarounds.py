@@ -9,6 +9,7 @@ import click
 
 from .. import _files
 from .._infra import styled
+from ..report import WorkaroundStatus
 from ._common import ExitCode, emit, load_model, stderr, stdout
 from ._options import SuggestingGroup, format_option, workarounds_from_option
 
@@ -26,7 +27,7 @@ def _status(item, model, report, runner) -> str:
         broken = sorted({f.tensor for f in report.failures} & set(targets))
         return f"needed: {', '.join(broken)} broken" if broken else f"stale: {', '.join(targets)} already correct"
     if item.stage == "runner":
-        return "needed" if item.needed is None or item.needed(runner) else "stale"
+        return WorkaroundStatus.NEEDED if item.needed is None or item.needed(runner) else WorkaroundStatus.STALE
     from .. import workarounds as registry
 
     return registry.judge_before_import(item, registry.model_code(getattr(model.config, "_name_or_path", None)))
@@ -62,8 +63,8 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
         runner = HfRunner.from_model(model, auto_workarounds=False)
         statuses = {item.name: _status(item, model, report, runner) for item in items}
         for outcome in early:  # before_import: what this load did with them
-            word = {"applied": "needed", "not_applicable": "not applicable"}.get(outcome.status, outcome.status)
-            statuses[outcome.name] = f"{word}: " + (outcome.detail or "applied")
+            word = {WorkaroundStatus.APPLIED: WorkaroundStatus.NEEDED, WorkaroundStatus.NOT_APPLICABLE: "not applicable"}.get(outcome.status, outcome.status)
+            statuses[outcome.name] = f"{word}: " + (outcome.detail or WorkaroundStatus.APPLIED)
     rows = [
         {
             "name": w.name,

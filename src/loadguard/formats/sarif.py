@@ -11,6 +11,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from ..report import Status
 from ._rows import Row
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -27,10 +28,10 @@ CHECK_HELP = {
     "tied_weights": "A tied weight is not the same tensor as its source and holds other values: the tie was not applied.",
 }
 STATUS_TEXT = {
-    "uninitialized": "holds leftover memory",
-    "mismatch": "differs from what the code and checkpoint define",
-    "on_meta": "is still on the meta device",
-    "overwritten": "was overwritten after loading",
+    Status.UNINITIALIZED: "holds leftover memory",
+    Status.MISMATCH: "differs from what the code and checkpoint define",
+    Status.ON_META: "is still on the meta device",
+    Status.OVERWRITTEN: "was overwritten after loading",
 }
 RUN_HELP = {
     "raised": ("the loaded model raised where its reference runs", "The model as from_pretrained left it raises in this "

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from ..report import Status, WorkaroundStatus
+
 POLICIES = ("off", "warn", "fail", "repair")
 PATH = re.compile(r"(?:/[\w.@+-]+)+")  # temp folders differ per run: not part of a failure's identity
 RUNNER_POLICY = {"off": "off", "warn": "warn", "fail": "raise", "repair": "repair"}
@@ -93,8 +95,8 @@ def on_event(session: Session, event: str, payload: dict) -> None:
                 "ok": report.ok,
                 "tensors": [f.tensor for f in report.failures],
                 "repaired": None if repaired is None else repaired.ok,
-                "stale": [[w.name, w.detail] for w in report.workarounds if w.status == "stale"],
-                "initialized": sum(f.status == "initialized" for f in report.findings),
+                WorkaroundStatus.STALE: [[w.name, w.detail] for w in report.workarounds if w.status == WorkaroundStatus.STALE],
+                Status.INITIALIZED: sum(f.status == Status.INITIALIZED for f in report.findings),
                 "not_run": [c.check for c in report.checks if not c.ran],
                 "not_run_reason": next((c.reason for c in report.checks if not c.ran), ""),
             }

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from ..report import Status, WorkaroundStatus
 from ._state import current_session
 
 
@@ -116,14 +117,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         repaired = sum(1 for load in items if load["repaired"])
         if repaired:
             line += f", {repaired} repaired"
-        initialized = sum(load.get("initialized", 0) for load in items)
+        initialized = sum(load.get(Status.INITIALIZED, 0) for load in items)
         if initialized:
             line += f", {initialized} tensor(s) initialized on request (missing or resized, as transformers reports)"
         not_run = sorted({check for load in items for check in load.get("not_run", ())})
         if not_run:
             line += f"; not run: {', '.join(not_run)} ({items[0].get('not_run_reason', '')})"
         terminalreporter.write_line(line)
-    stale = sorted({(name, detail) for load in loads for name, detail in load["stale"]})
+    stale = sorted({(name, detail) for load in loads for name, detail in load[WorkaroundStatus.STALE]})
     for name, detail in stale:
         terminalreporter.write_line(f"  stale workaround {name}: {detail}")
 

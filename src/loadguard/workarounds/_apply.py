@@ -15,6 +15,7 @@ from typing import Any
 
 from .._files import config_dict, folder_of, local_config
 from ..errors import StaleWorkaroundError, WorkaroundError
+from ..report import WorkaroundStatus
 from ._registry import CONSTRUCTION_ATTRIBUTE, Workaround, WorkaroundOutcome, activate, fixes_for, get, model_code, resolve, wants_auto
 
 
@@ -41,7 +42,7 @@ def stale(item: Workaround, what: str, strict: bool) -> WorkaroundOutcome:
     detail = f"{_versions()} {what}; remove workaround {item.name}, upstream {item.upstream}"
     if strict:
         raise StaleWorkaroundError(f"stale workaround: {detail}", "delete the workaround (strict mode treats a stale workaround as an error)")
-    return WorkaroundOutcome(item.name, item.stage, "stale", 0, detail, item.upstream)
+    return WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.STALE, 0, detail, item.upstream)
 
 
 @contextlib.contextmanager
@@ -72,7 +73,7 @@ def before_import(
     for item, usage in usages:
         why = auto.get(item.name, "")
         if usage.count:
-            outcomes.append(WorkaroundOutcome(item.name, item.stage, "applied", usage.count, usage.detail, item.upstream, why))
+            outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.APPLIED, usage.count, usage.detail, item.upstream, why))
         else:
             outcomes.append(dataclasses.replace(_unused(item, path, config, strict), auto=why))
 
@@ -100,7 +101,7 @@ def _unused(item: Workaround, path: Any, config: dict, strict: bool) -> Workarou
     if native and item.touches(model_code(path)):
         return stale(item, f"provides what it gives back, which {model_label(config)} uses", strict)
     why = "its code does not use what it gives back" if native else "its load never reached what it gives back"
-    return WorkaroundOutcome(item.name, item.stage, "not_applicable", 0, f"not applicable to {model_label(config)}: {why}", item.upstream)
+    return WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.NOT_APPLICABLE, 0, f"not applicable to {model_label(config)}: {why}", item.upstream)
 
 
 def _describe(error: BaseException) -> str:
@@ -152,7 +153,7 @@ def using(selection: str | Sequence[str | Workaround], path: Any = None, *, stri
 
 def remember(model: Any, outcomes: Sequence[WorkaroundOutcome]) -> None:
     """Record on ``model`` which ``before_import`` workarounds its load applied."""
-    names = tuple(o.name for o in outcomes if o.stage == "before_import" and o.status == "applied")
+    names = tuple(o.name for o in outcomes if o.stage == "before_import" and o.status == WorkaroundStatus.APPLIED)
     try:
         object.__setattr__(model, CONSTRUCTION_ATTRIBUTE, names)
     except (AttributeError, TypeError):  # not a plain object: nothing to remember on
@@ -204,7 +205,7 @@ def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, 
         targets = targets_of(item, model, config)
         broken = sorted({f.tensor for f in report.failures} & set(targets))
         if broken:
-            outcomes.append(WorkaroundOutcome(item.name, item.stage, "needed", 0, f"predicted broken: {', '.join(broken)}", item.upstream))
+            outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.NEEDED, 0, f"predicted broken: {', '.join(broken)}", item.upstream))
         else:
             outcomes.append(stale(item, f"preserves {', '.join(targets)} (predicted)", strict))
     return outcomes
@@ -226,7 +227,7 @@ def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False
         result = item.fn(runner)
         if result is not runner:
             raise WorkaroundError(f"runner workaround {item.name} must return the runner it was given", "return the runner from the patch")
-        outcomes.append(WorkaroundOutcome(item.name, item.stage, "applied", 1, "patched the runner" + (" (applies to this model)" if item in extra else ""), item.upstream))
+        outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.APPLIED, 1, "patched the runner" + (" (applies to this model)" if item in extra else ""), item.upstream))
     return outcomes
 
 

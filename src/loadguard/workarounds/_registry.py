@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkaroundError
+from ..report import WorkaroundStatus
 
 STAGES = ("before_import", "after_load", "runner")
 AUTO = "auto"
@@ -112,7 +113,7 @@ class WorkaroundOutcome:
 
     name: str
     stage: str
-    status: str  # "applied" | "stale" | "not_applicable" | (a scan's after_load) "needed"
+    status: WorkaroundStatus  # (a scan's after_load: needed)
     fixed: int = 0
     detail: str = ""
     upstream: str = ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UnknownZooEntryError
+from ..report import Status
 from ._entry import TOY_NP, ExpectedFinding, ZooEntry
 
 _VLM_PROMPTS = ("(<image>./</image>) describe what you see .", "(<image>./</image>) (<image>./</image>) what do you see ?")
@@ -23,7 +24,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "List unimported, no post_init): the resampler's 2D sin/cos pos_embed is a non-persistent buffer "
             "that _init_weights does not rebuild",
             failure_mode="a",
-            expected=(ExpectedFinding("resampler.pos_embed", "uninitialized"),),
+            expected=(ExpectedFinding("resampler.pos_embed", Status.UNINITIALIZED),),
             prompts=_VLM_PROMPTS,
             image_sizes=((48, 32), (32, 32), (24, 40)),
             failures=_MINICPMV_FAILURES,
@@ -62,10 +63,10 @@ ENTRIES: dict[str, ZooEntry] = {
             failure_mode="c",
             config={"share_causal_mask": True},
             expected=(
-                ExpectedFinding("positions.table", "uninitialized"),
-                ExpectedFinding("positions.index", "uninitialized"),
-                ExpectedFinding("layers.0.attn.causal_mask", "uninitialized"),
-                ExpectedFinding("layers.{later_layer}.attn.causal_mask", "on_meta"),
+                ExpectedFinding("positions.table", Status.UNINITIALIZED),
+                ExpectedFinding("positions.index", Status.UNINITIALIZED),
+                ExpectedFinding("layers.0.attn.causal_mask", Status.UNINITIALIZED),
+                ExpectedFinding("layers.{later_layer}.attn.causal_mask", Status.ON_META),
             ),
             fix="not fixable: one mask tensor is made by the model and passed to every layer's constructor; recomputed in the layer it reads that argument, left on meta by transformers 5 (both proofs fail): make the mask in the layer, by hand",
         ),
@@ -76,17 +77,17 @@ ENTRIES: dict[str, ZooEntry] = {
             "branch to initialize it",
             failure_mode="d",
             config={"use_logit_scale": True, "rebuild_buffers_in_init": True},
-            expected=(ExpectedFinding("logit_scale", "uninitialized"),),
+            expected=(ExpectedFinding("logit_scale", Status.UNINITIALIZED),),
             drop_keys=("logit_scale",),
         ),
         ZooEntry(
-            "overwritten",
+            Status.OVERWRITTEN,
             "lgtoy",
             "(e) the LM head holds a non-persistent buffer, so it fails transformers' 'already loaded' "
             "backstop and an unguarded _init_weights overwrites its loaded weight",
             failure_mode="e",
             config={"scaled_lm_head": True, "unguarded_init": True, "rebuild_buffers_in_init": True},
-            expected=(ExpectedFinding("lm_head.weight", "overwritten"),),
+            expected=(ExpectedFinding("lm_head.weight", Status.OVERWRITTEN),),
         ),
         ZooEntry(
             "sharded",
@@ -94,7 +95,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(e) the overwritten model saved as a 3-shard checkpoint with a safetensors index",
             failure_mode="e",
             config={"scaled_lm_head": True, "unguarded_init": True, "rebuild_buffers_in_init": True},
-            expected=(ExpectedFinding("lm_head.weight", "overwritten"),),
+            expected=(ExpectedFinding("lm_head.weight", Status.OVERWRITTEN),),
             shards=3,
         ),
         ZooEntry(
@@ -104,7 +105,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "buffer: constructed on meta by from_pretrained and never given a value",
             failure_mode="a",
             config={"rotary_as_attribute": True, "rebuild_buffers_in_init": True},
-            expected=(ExpectedFinding("positions.inv_freq", "on_meta"),),
+            expected=(ExpectedFinding("positions.inv_freq", Status.ON_META),),
         ),
         ZooEntry(
             "typing_alias",
@@ -148,7 +149,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code that reads config.rope_scaling['type'] with rope_scaling: null in its config "
             "(v5: KeyError 'type'); its rotary inv_freq and other buffers are not rebuilt",
             failure_mode="a",
-            expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
+            expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", Status.UNINITIALIZED),),
             failures=(("v4-rope-scaling", "KeyError: 'type'"),),
             config_json={"rope_scaling": None, "rope_theta": 10000.0},
             config_json_drop=("rope_parameters",),
@@ -236,7 +237,7 @@ ENTRIES: dict[str, ZooEntry] = {
             "(a) remote code whose rotary embedding looks up ROPE_INIT_FUNCTIONS['default'] (4.4x-era Llama copies): "
             "transformers 5 dropped the key (KeyError 'default'); its rotary inv_freq and other buffers are not rebuilt",
             failure_mode="a",
-            expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", "uninitialized"),),
+            expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", Status.UNINITIALIZED),),
             failures=(("v4-rope-init-default", "KeyError: 'default'"),),
             fix="not fixable: its rotary embedding looks up ROPE_INIT_FUNCTIONS['default'] (v4-rope-init-default has no source fix: compute plain RoPE by hand)",
         ),
@@ -278,12 +279,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "table uninitialized",
             failure_mode="a",
             expected=(
-                ExpectedFinding("positions.table", "uninitialized"),
-                ExpectedFinding("positions.index", "uninitialized"),
-                ExpectedFinding("encoder.block.attn.causal_mask", "uninitialized"),
-                ExpectedFinding("decoder.block.attn.causal_mask", "uninitialized"),
-                ExpectedFinding("encoder.embed_tokens.weight", "mismatch"),
-                ExpectedFinding("decoder.embed_tokens.weight", "mismatch"),
+                ExpectedFinding("positions.table", Status.UNINITIALIZED),
+                ExpectedFinding("positions.index", Status.UNINITIALIZED),
+                ExpectedFinding("encoder.block.attn.causal_mask", Status.UNINITIALIZED),
+                ExpectedFinding("decoder.block.attn.causal_mask", Status.UNINITIALIZED),
+                ExpectedFinding("encoder.embed_tokens.weight", Status.MISMATCH),
+                ExpectedFinding("decoder.embed_tokens.weight", Status.MISMATCH),
             ),
             drop_keys=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"),
             fix="not fixable: its v4 tie list becomes transformers 5's mapping, but with tie_word_embeddings off transformers 5 ties nothing (4.x's tie_weights called the model's own _tie_weights): proof (a) sees both tables still untied; tie them in the model's code by hand",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..report import FixStatus, Status
 from ..workarounds import get
 
 
@@ -40,7 +41,7 @@ class ZooEntry:
     submodel: tuple[str, str, str] | None = None
     """(attribute, subfolder, config field): a sub-model saved with ``save_pretrained`` into a folder of its own, whose
     path the config names (a constructor that loads it with ``from_pretrained``)."""
-    fix: str = "fixed"
+    fix: str = FixStatus.FIXED
     """What ``loadguard fix`` does with it on transformers 5: ``fixed`` (a proven patch), ``clean`` (nothing to change),
     or ``not fixable: why`` (what only a person can change; no patch is written)."""
     config_after: dict[str, Any] = field(default_factory=dict)
@@ -91,9 +92,9 @@ class ZooEntry:
 
 
 TOY_NP = (
-    ExpectedFinding("positions.table", "uninitialized"),
-    ExpectedFinding("positions.index", "uninitialized"),
-    ExpectedFinding("layers.{layer}.attn.causal_mask", "uninitialized"),
+    ExpectedFinding("positions.table", Status.UNINITIALIZED),
+    ExpectedFinding("positions.index", Status.UNINITIALIZED),
+    ExpectedFinding("layers.{layer}.attn.causal_mask", Status.UNINITIALIZED),
 )
 
 __all__ = ["ExpectedFinding", "ZooEntry"]
