@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.loadguard-installed
 COMPAT       := .venv-compat
 COMPAT_STAMP := $(COMPAT)/.loadguard-installed
 
-.PHONY: demo test test-slow test-ray bench-ray test-compat test-newest test-versions api-diff bench bench-run bench-large clean
+.PHONY: demo test lint test-slow test-ray bench-ray test-compat test-newest test-versions api-diff bench bench-run bench-large clean
 
 demo: $(STAMP)
 	$(BIN)/loadguard demo
@@ -15,6 +15,11 @@ demo: $(STAMP)
 # -n auto: as many pytest-xdist workers as cores (2 on CI)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto
+
+# ruff, configured in pyproject.toml: the lint rules, then the formatting (CI fails on either)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow

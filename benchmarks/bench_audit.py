@@ -27,12 +27,12 @@ import transformers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import loadguard
-from loadguard._audit.auditing import audit
 from loadguard._audit import checks
-from loadguard._files.checkpoint import Checkpoint
-from loadguard._files.keymap import map_keys
+from loadguard._audit.auditing import audit
 from loadguard._audit.inventory import Inventory
 from loadguard._audit.reference import build_reference, clear_cache
+from loadguard._files.checkpoint import Checkpoint
+from loadguard._files.keymap import map_keys
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()

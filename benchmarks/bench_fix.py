@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadguard._infra import envs
 from loadguard import zoo
+from loadguard._infra import envs
 
 BIN = Path(sys.executable).parent
 

@@ -131,10 +131,10 @@ def plain(folder: Path, label: str) -> dict:
     model, load_s = timed(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16))
     tokens = torch.arange(8)[None]
     with torch.no_grad():
-        _, forward_s = timed(lambda: model(tokens))
+        _, forward_s = timed(lambda model=model: model(tokens))
     loadguard.audit(model, reference=None, checkpoint=False)  # imports warmed
     with Peak() as peak:
-        report, audit_s = timed(lambda: loadguard.audit(model))
+        report, audit_s = timed(lambda model=model: loadguard.audit(model))
     np_mb, largest_mb = budget(model)
     params = sum(p.numel() for p in model.parameters())
     del model
@@ -151,9 +151,10 @@ def offloaded(folder: Path) -> dict:
     import importlib
 
     audit_module = importlib.import_module("loadguard._audit.auditing")
+    from transformers import AutoModelForCausalLM
+
     from loadguard._files.checkpoint import Checkpoint
     from loadguard._hf.offload import Offloaded
-    from transformers import AutoModelForCausalLM
 
     layers = SHAPES["7B"]["num_hidden_layers"]
     layout = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
@@ -162,16 +163,16 @@ def offloaded(folder: Path) -> dict:
         model, load_s = timed(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, device_map=layout, offload_folder=offload_folder))
         tokens = torch.arange(8)[None]
         with torch.no_grad():
-            _, forward_s = timed(lambda: model(tokens))
+            _, forward_s = timed(lambda model=model: model(tokens))
         names = list(Offloaded(model))
         Offloaded(model).value(names[0])  # the reader's imports warmed
         with Peak() as peak:
-            report, audit_s = timed(lambda: loadguard.audit(model))
+            report, audit_s = timed(lambda model=model: loadguard.audit(model))
         original = audit_module._hook_reads_the_checkpoint
         audit_module._hook_reads_the_checkpoint = lambda *args: False  # every offloaded value read through its hook and compared
         try:
             with Peak() as read_peak:
-                read_report, read_s = timed(lambda: loadguard.audit(model))
+                read_report, read_s = timed(lambda model=model: loadguard.audit(model))
         finally:
             audit_module._hook_reads_the_checkpoint = original
         # the raw read speed of the same bytes: the file regions, read into one reused buffer
@@ -201,7 +202,7 @@ def cast(stored: torch.dtype, loaded: torch.dtype) -> dict:
     folder = checkpoint("1.3B", stored)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=loaded)
     loadguard.audit(model)  # page cache warm, reference cached
-    report, audit_s = timed(lambda: loadguard.audit(model))
+    report, audit_s = timed(lambda model=model: loadguard.audit(model))
     fidelity_s = report.seconds["checkpoint"]
     compared = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     twins = [t.clone() for t in list(model.state_dict().values())[:40]]

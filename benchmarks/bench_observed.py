@@ -12,9 +12,9 @@ One machine, one run; the audits are interleaved so drift hits both alike.
 
 from __future__ import annotations
 
-import importlib
 import argparse
 import contextlib
+import importlib
 import statistics
 import sys
 import tempfile
@@ -25,9 +25,9 @@ import torch
 import transformers
 
 import loadguard
-from loadguard._hf import replay as _replay
 from loadguard import zoo
 from loadguard._audit.reference import clear_cache
+from loadguard._hf import replay as _replay
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()

@@ -288,7 +288,7 @@ def families() -> None:
     cannot use the parent's OpenMP team): a process that had run this script's other sections would start warmer."""
     import _machine
 
-    print(f"\n## Remote-code families at published sizes, weightless: per-stage seconds, warm process vs fleet child (--jobs 1)")
+    print("\n## Remote-code families at published sizes, weightless: per-stage seconds, warm process vs fleet child (--jobs 1)")
     options = {"trust_remote_code": True, "workarounds": ["auto"], "keys": "auto", "placement": {}}
     with tempfile.TemporaryDirectory() as workdir:
         folders = {f"{name} {size}": str(_full_size(name, size, Path(workdir) / f"{name}-{size}")) for name in FAMILIES for size in PUBLISHED}
@@ -326,6 +326,7 @@ def many_findings() -> None:
     """A model with 178 uninitialized buffers (a 176-layer toy with a 2048x2048 causal mask per layer: 4M values each),
     scanned warm, best of 3: checks against loading, and per finding. Target: checks <= load, <= 2 ms a finding."""
     import _machine
+
     import loadguard
     from loadguard import zoo
 

@@ -226,9 +226,9 @@ def test_keys_fused_on_load_are_reported_not_skipped(tmp_path):
 def test_persistent_buffers_the_checkpoint_holds_are_not_built_for_the_reference(tmp_path, monkeypatch):
     """int8 weights kept as persistent buffers (code that quantizes itself): the checkpoint is their truth, so the
     audit's reference leaves those over 1 MiB unbuilt; a checkpoint lacking one needs them (missing key, repair)."""
-    from safetensors.torch import load_file, save_file
-
     import importlib
+
+    from safetensors.torch import load_file, save_file
 
     audit_module = importlib.import_module("loadguard._audit.auditing")
     asked = []

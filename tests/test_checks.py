@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadguard._audit import checks
-from loadguard._hf.replay import Replay
 from loadguard._audit.inventory import TensorEntry
+from loadguard._hf.replay import Replay
 
 
 def entry(tensor, name="t", kind="buffer", persistent=False):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 import json
+import os
 import shutil
 import subprocess
 import sys

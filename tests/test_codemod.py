@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from loadguard._codemod import read as _codemod, write as _codemod_write
+from loadguard._codemod import read as _codemod
+from loadguard._codemod import write as _codemod_write
 from loadguard.workarounds import _source_fixes, all_workarounds
 
 SOURCE = textwrap.dedent('''\

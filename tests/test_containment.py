@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadguard._infra import forks as _forks, procs as _procs
+from loadguard._infra import forks as _forks
+from loadguard._infra import procs as _procs
 from loadguard.cli.scan import memory_limit, scan_fleet
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli

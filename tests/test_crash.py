@@ -12,7 +12,8 @@ from loadguard import zoo
 from loadguard.report import Finding
 from loadguard.runner.crash import Crash, guarded, locate, nearest
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import run_cli as _cli
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
 

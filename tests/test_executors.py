@@ -6,9 +6,9 @@ import importlib.util
 
 import pytest
 
+from loadguard.cli import main
 from loadguard.errors import ExecutorError, InvalidOptionError
 from loadguard.executors import resolve
-from loadguard.cli import main
 
 
 def test_specs_name_their_executor(monkeypatch):

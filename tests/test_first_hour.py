@@ -146,8 +146,8 @@ def test_the_report_a_user_is_handed_describes_the_model_they_hold(zoo_folder):
 def test_matrix_help_and_the_docs_give_one_exit_code_for_a_model_that_could_not_be_scanned(capsys):
     from pathlib import Path
 
-    from loadguard.cli.matrix import cells_exit
     from loadguard._matrix.matrices import Cell
+    from loadguard.cli.matrix import cells_exit
 
     clean, error = Cell("a", "5.0", "clean", {"findings": [], "workarounds": []}), Cell("b", "5.0", "error", error="x")
     assert cells_exit([clean, error]) == 3 and cells_exit([error]) == 2 and cells_exit([clean]) == 0
@@ -166,9 +166,9 @@ def test_the_pytest_mode_table_ends_where_its_rows_end():
 
 
 def test_an_audit_says_nothing_of_a_comparison_that_did_not_happen(zoo_folder):
-    import loadguard
-
     from transformers import AutoModelForCausalLM
+
+    import loadguard
 
     model = AutoModelForCausalLM.from_pretrained(zoo_folder("clean"), trust_remote_code=True)
     reason = loadguard.audit(model).summary("checkpoint_fidelity").reason

@@ -11,10 +11,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from loadguard.formats import Row, render_rows as render
+from loadguard.formats import Row
+from loadguard.formats import render_rows as render
 from loadguard.report import Finding
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, chained, run_cli as _cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION, chained
+from .conftest import run_cli as _cli
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())

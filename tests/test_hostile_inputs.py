@@ -18,8 +18,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadguard._files.headers import bin_header
 from loadguard._files.checkpoint import Checkpoint
+from loadguard._files.headers import bin_header
 from loadguard.errors import CheckpointError
 
 

@@ -10,9 +10,10 @@ import pytest
 
 from loadguard._infra import envs
 from loadguard.errors import InvalidOptionError
-matrix_module = importlib.import_module("loadguard._matrix.matrices")
 
 from .conftest import TRANSFORMERS_VERSION, environments_cache
+
+matrix_module = importlib.import_module("loadguard._matrix.matrices")
 
 V4, V5 = "4.57.6", "5.25.0"  # the two lines this project pins (constraints-compat.txt, constraints.txt)
 
@@ -276,8 +277,8 @@ def test_matrix_diff_in_sarif_github_and_junit_fails_only_the_models_that_got_wo
 
 
 def test_matrix_cells_in_sarif_github_and_junit(monkeypatch, capsys, zoo_folder):
-    from loadguard.cli import main
     from loadguard._matrix.matrices import Cell, Matrix
+    from loadguard.cli import main
 
     folder = str(zoo_folder("np_buffer"))
     finding = {"tensor": "positions.index", "kind": "buffer", "check": "non_persistent_buffer", "status": "uninitialized", "dtype": "int64",

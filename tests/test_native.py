@@ -10,8 +10,8 @@ import torch
 import transformers
 
 import loadguard
-from loadguard._scan import native
 from loadguard._audit.checks import CONSTANT_FILL_NOTE
+from loadguard._scan import native
 
 from .conftest import IS_V5
 

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 import loadguard
-from loadguard._infra.locations import source_path
 from loadguard._hf.origins import named, recording
+from loadguard._infra.locations import source_path
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, load
 

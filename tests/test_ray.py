@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-
-from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import run_cli as _cli
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: make test-ray installs it")
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")]

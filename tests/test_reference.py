@@ -6,8 +6,8 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
 from loadguard import zoo
-from loadguard.errors import ReferenceBuildError
 from loadguard._audit.reference import build_reference, clear_cache
+from loadguard.errors import ReferenceBuildError
 
 
 class TinyConfig(PretrainedConfig):

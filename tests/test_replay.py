@@ -6,9 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from loadguard import audit, zoo
 from loadguard._hf import replay as _replay
-from loadguard import audit
-from loadguard import zoo
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION
 

@@ -395,8 +395,8 @@ def test_without_headers_a_scan_assumes_what_the_codes_own_save_writes(zoo_folde
     """v4-era code with declared ties and no checkpoint to read: by default the scan predicts the load of what its own
     save_pretrained writes (the tied tables left out), which on transformers 5 leaves them untied, as the header scan of
     the saved checkpoint says; --assume-checkpoint complete assumes every key and cannot see it. The row names which."""
-    from loadguard.cli import main
     from loadguard._scan.scanning import SAVED_ASSUMPTION
+    from loadguard.cli import main
 
     folder = tmp_path / "weightless"
     shutil.copytree(zoo_folder("v4_tied_list"), folder)

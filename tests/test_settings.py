@@ -10,7 +10,8 @@ import pytest
 from loadguard._infra.settings import load
 from loadguard.errors import InvalidOptionError
 
-from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli as _cli
+from .conftest import IS_V5, TRANSFORMERS_VERSION
+from .conftest import run_cli as _cli
 
 pytest_plugins = ["pytester"]
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 import loadguard
-from loadguard import _audit
+from loadguard import _audit, zoo
 from loadguard import workarounds as registry
-from loadguard import zoo
 from loadguard.compare import check_logprobs_close, check_outputs_equal
 from loadguard.errors import RemoteCodeImportError, StaleWorkaroundError, WorkaroundError
 from loadguard.runner import HfRunner, default_cases

@@ -7,10 +7,8 @@ import json
 import pytest
 import torch
 
-from loadguard import poison
-from loadguard import zoo
+from loadguard import poison, zoo
 from loadguard.errors import FolderNotEmptyError, InvalidOptionError, UnknownZooEntryError
-
 from loadguard.zoo._tokenizer import SPECIAL_TOKENS
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load

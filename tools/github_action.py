@@ -22,7 +22,8 @@ from pathlib import Path
 
 
 def main() -> int:
-    from loadguard.formats import Row, render_rows as render
+    from loadguard.formats import Row
+    from loadguard.formats import render_rows as render
 
     command = os.environ.get("LOADGUARD_COMMAND", "scan").strip() or "scan"
     if command not in ("scan", "audit"):

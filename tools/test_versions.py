@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
 
-    from loadguard._scan import selfcheck
     from loadguard import zoo
     from loadguard._matrix.matrices import matrix
+    from loadguard._scan import selfcheck
     from loadguard.cli._matrix_outputs import matrix_markdown
 
     versions = args.versions.split(",") if args.versions else default_versions()

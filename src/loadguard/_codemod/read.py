@@ -13,7 +13,18 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .nodes import at_top_level, class_named, code_of, draws_random, indented, method_named, nested_under, parameters_of, target_names, walk_statements
+from .nodes import (
+    at_top_level,
+    class_named,
+    code_of,
+    draws_random,
+    indented,
+    method_named,
+    nested_under,
+    parameters_of,
+    target_names,
+    walk_statements,
+)
 
 _BUILTINS = frozenset(dir(builtins))
 

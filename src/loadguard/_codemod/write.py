@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .nodes import after_docstring, bound_names, class_named, code_of, import_of, indented, method_named, module_names, parameters_of
+from .nodes import (
+    after_docstring,
+    bound_names,
+    class_named,
+    code_of,
+    import_of,
+    indented,
+    method_named,
+    module_names,
+    parameters_of,
+)
 from .read import Branch, Refused
 
 

@@ -14,7 +14,17 @@ import torch
 
 from .. import workarounds as registry
 from .._files import Checkpoint, failure, hub_offline
-from ..errors import CheckpointError, EagerAttentionNeededError, InvalidOptionError, LoadguardError, ModelConfigError, ModelNotFoundError, RemoteCodeImportError, RemoteCodeNotTrustedError, fixes_hint
+from ..errors import (
+    CheckpointError,
+    EagerAttentionNeededError,
+    InvalidOptionError,
+    LoadguardError,
+    ModelConfigError,
+    ModelNotFoundError,
+    RemoteCodeImportError,
+    RemoteCodeNotTrustedError,
+    fixes_hint,
+)
 from . import loading_info
 from .noise import collected
 

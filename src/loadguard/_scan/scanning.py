@@ -27,7 +27,19 @@ import torch
 
 from .. import _hf
 from .. import workarounds as registry
-from .._audit import Inventory, check_summary, checks, computed_state, default_dtype, located, meta_leftovers, persistent_buffers_needed, resolve_reference, tied_weights, versions
+from .._audit import (
+    Inventory,
+    check_summary,
+    checks,
+    computed_state,
+    default_dtype,
+    located,
+    meta_leftovers,
+    persistent_buffers_needed,
+    resolve_reference,
+    tied_weights,
+    versions,
+)
 from .._hf import (
     WEIGHTLESS_METHOD,
     CompleteKeys,

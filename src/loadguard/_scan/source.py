@@ -11,7 +11,20 @@ from typing import Any
 import torch
 
 from .. import _files
-from .._files import BIN_INDEX, BIN_SINGLE, SAFETENSORS_DTYPES, SAFETENSORS_INDEX, SAFETENSORS_SINGLE, Checkpoint, bin_header, config_dict, folder_of, hub, index_files, missing
+from .._files import (
+    BIN_INDEX,
+    BIN_SINGLE,
+    SAFETENSORS_DTYPES,
+    SAFETENSORS_INDEX,
+    SAFETENSORS_SINGLE,
+    Checkpoint,
+    bin_header,
+    config_dict,
+    folder_of,
+    hub,
+    index_files,
+    missing,
+)
 from .._infra import leaving
 from ..errors import CheckpointError, InvalidOptionError, RemoteCodeNotTrustedError
 

@@ -16,7 +16,17 @@ from typing import Any
 from .._files import config_dict, folder_of, local_config
 from ..errors import StaleWorkaroundError, WorkaroundError
 from ..report import WorkaroundStatus
-from ._registry import CONSTRUCTION_ATTRIBUTE, Workaround, WorkaroundOutcome, activate, fixes_for, get, model_code, resolve, wants_auto
+from ._registry import (
+    CONSTRUCTION_ATTRIBUTE,
+    Workaround,
+    WorkaroundOutcome,
+    activate,
+    fixes_for,
+    get,
+    model_code,
+    resolve,
+    wants_auto,
+)
 
 
 def _versions() -> str:

@@ -35,7 +35,7 @@ class Usage:
     detail: str = ""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _regex(pattern: str) -> re.Pattern:  # once a process: some are long (v4-module-names lists every removed name)
     return re.compile(pattern)
 
