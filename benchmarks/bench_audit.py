@@ -169,6 +169,7 @@ def measure(folder: Path, config: LlamaConfig, naive: bool) -> dict:
     flat = twin = target = None  # free them before the naive build
 
     if naive:
+
         def eager():
             return AutoModelForCausalLM.from_config(config)
 
@@ -188,7 +189,9 @@ def main() -> None:
     args = parser.parse_args()
     main_size = (256, 4) if args.quick else (1024, 24)
     sweep = [(128, 2), (192, 3), (256, 4)] if args.quick else [(512, 8), (768, 16), (1024, 24)]
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, loadguard {loadguard.__version__}, {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, loadguard {loadguard.__version__}, {os.cpu_count()} CPUs"
+    )
     with tempfile.TemporaryDirectory(prefix="loadguard-bench-") as tmp:
         results = {}
         for hidden, layers in sorted(set(sweep) | {main_size}):
@@ -200,8 +203,10 @@ def main() -> None:
 
         params, r = results[main_size]
         buffer_audit = r["reference"] + r["buffers"]
-        print(f"\nMain model: Llama hidden {main_size[0]} x {main_size[1]} layers, {params / 1e6:.0f}M parameters, "
-              f"{r['checkpoint_bytes'] / 1e9:.2f} GB safetensors (float32)")
+        print(
+            f"\nMain model: Llama hidden {main_size[0]} x {main_size[1]} layers, {params / 1e6:.0f}M parameters, "
+            f"{r['checkpoint_bytes'] / 1e9:.2f} GB safetensors (float32)"
+        )
         rows = [
             ("(1) from_pretrained", r["load"]),
             ("(2) from_pretrained + one forward", r["load_forward"]),
@@ -222,9 +227,13 @@ def main() -> None:
         print("\nRatios (target in brackets):")
         print(f"  buffer audit / naive eager reference   {buffer_audit / r['naive_reference']:6.1%}   [<= 5%]")
         print(f"  buffer audit / (2)                     {buffer_audit / r['load_forward']:6.1%}   [<= 50%]")
-        print(f"  fidelity throughput / torch.equal      {fidelity_tp / equal_tp:6.1%}   [>= 70%]  ({fidelity_tp:.1f} vs {equal_tp:.1f} GB/s; memcpy {gbps(r['compared_bytes'], r['ceiling_memcpy']):.1f} GB/s)")
+        print(
+            f"  fidelity throughput / torch.equal      {fidelity_tp / equal_tp:6.1%}   [>= 70%]  ({fidelity_tp:.1f} vs {equal_tp:.1f} GB/s; memcpy {gbps(r['compared_bytes'], r['ceiling_memcpy']):.1f} GB/s)"
+        )
         print(f"    ({r['fidelity_reason']})")
-        print(f"  every value compared / torch.equal     {compared_tp / equal_tp:6.1%}            ({compared_tp:.1f} GB/s: weights written, cast or copied after loading)")
+        print(
+            f"  every value compared / torch.equal     {compared_tp / equal_tp:6.1%}            ({compared_tp:.1f} GB/s: weights written, cast or copied after loading)"
+        )
         print(f"  whole audit / (2)                      {r['audit'] / r['load_forward']:6.2f}x   [<= 1.5x]")
         allowed = r["buffer_bytes"] + r["largest_tensor_bytes"]
         import _machine
@@ -233,13 +242,17 @@ def main() -> None:
         _machine.record("audit buffers / load+forward", buffer_audit / r["load_forward"], unit="x")
         _machine.record("audit fidelity throughput / torch.equal", fidelity_tp / equal_tp, better="higher", unit="x")
         _machine.record("audit whole / load+forward", r["audit"] / r["load_forward"], unit="x")
-        print(f"  audit peak extra memory                {r['audit_peak_extra'] / 1e6:8.1f} MB  [<= buffers {r['buffer_bytes'] / 1e6:.1f} MB + largest tensor {r['largest_tensor_bytes'] / 1e6:.1f} MB = {allowed / 1e6:.1f} MB]")
+        print(
+            f"  audit peak extra memory                {r['audit_peak_extra'] / 1e6:8.1f} MB  [<= buffers {r['buffer_bytes'] / 1e6:.1f} MB + largest tensor {r['largest_tensor_bytes'] / 1e6:.1f} MB = {allowed / 1e6:.1f} MB]"
+        )
 
         print("\nScaling (same run):")
         print(f"  {'model':<16}{'params':>9}{'(2) s':>9}{'audit s':>9}{'audit/(2)':>11}{'fidelity GB/s':>15}")
         for (hidden, layers), (n, m) in sorted(results.items()):
-            print(f"  {f'{hidden}x{layers}':<16}{n / 1e6:>8.0f}M{m['load_forward']:>9.3f}{m['audit']:>9.3f}"
-                  f"{m['audit'] / m['load_forward']:>11.2f}{gbps(m['checkpoint_bytes'], m['fidelity']):>15.1f}")
+            print(
+                f"  {f'{hidden}x{layers}':<16}{n / 1e6:>8.0f}M{m['load_forward']:>9.3f}{m['audit']:>9.3f}"
+                f"{m['audit'] / m['load_forward']:>11.2f}{gbps(m['checkpoint_bytes'], m['fidelity']):>15.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ def main() -> None:
     entries = ["np_buffer"] if options.quick else ["np_buffer", "overwritten", "minicpmv_like"]
     start = time.perf_counter()
     environment = envs.environment("4.57.6")
-    print(f"4.57.6 environment: {'built' if environment.created else 'found'} in {time.perf_counter() - start:.1f} s ({environment.reason or 'ok'})")
+    print(
+        f"4.57.6 environment: {'built' if environment.created else 'found'} in {time.perf_counter() - start:.1f} s ({environment.reason or 'ok'})"
+    )
     if not environment.ok:
         raise SystemExit("the 4.57.6 environment is needed: run with the package index reachable")
     compat_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules"), "HF_HUB_OFFLINE": "1"}
@@ -55,8 +57,31 @@ def main() -> None:
             audits, compats, fixes = [], [], []
             for attempt in range(options.repeat):
                 audits.append(run([str(BIN / "loadguard"), "audit", str(folder), "--trust-remote-code", *workarounds]))
-                compats.append(run([str(environment.python), "-m", "loadguard._fix.prove", str(folder), str(folder), ",".join(zoo.get(name).needed_workarounds)], compat_env))
-                fixes.append(run([str(BIN / "loadguard"), "fix", str(folder), "--out", str(Path(scratch) / f"{name}-fixed-{attempt}"), "--trust-remote-code"]))
+                compats.append(
+                    run(
+                        [
+                            str(environment.python),
+                            "-m",
+                            "loadguard._fix.prove",
+                            str(folder),
+                            str(folder),
+                            ",".join(zoo.get(name).needed_workarounds),
+                        ],
+                        compat_env,
+                    )
+                )
+                fixes.append(
+                    run(
+                        [
+                            str(BIN / "loadguard"),
+                            "fix",
+                            str(folder),
+                            "--out",
+                            str(Path(scratch) / f"{name}-fixed-{attempt}"),
+                            "--trust-remote-code",
+                        ]
+                    )
+                )
             audit, compat, fix = (statistics.median(v) for v in (audits, compats, fixes))
             print(f"{name:16} {audit:8.2f} {compat:10.2f} {fix:7.2f} {fix / (2 * audit + compat):28.2f}")
             import _machine

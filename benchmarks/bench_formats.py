@@ -37,9 +37,24 @@ def main() -> None:
             for fmt in FORMATS:
                 start = time.perf_counter()
                 result = subprocess.run(
-                    [sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--trust-remote-code", "--workaround", "auto",
-                     "--jobs", "2", "--format", fmt],
-                    capture_output=True, text=True, cwd=workdir,
+                    [
+                        sys.executable,
+                        "-m",
+                        "loadguard",
+                        "scan",
+                        "--from",
+                        str(listing),
+                        "--trust-remote-code",
+                        "--workaround",
+                        "auto",
+                        "--jobs",
+                        "2",
+                        "--format",
+                        fmt,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    cwd=workdir,
                     env={**os.environ, "HF_HUB_OFFLINE": "1", "GITHUB_STEP_SUMMARY": str(summary)},
                 )
                 times[fmt].append(time.perf_counter() - start)
@@ -47,7 +62,9 @@ def main() -> None:
                     raise SystemExit(f"--format {fmt} failed ({result.returncode}):\n{result.stderr[-2000:]}")
                 sizes[fmt] = len(result.stdout.encode())
     base = statistics.median(times["json"])
-    print(f"scan --from a list of {len(names)} zoo models, --jobs 2, median of {arguments.rounds} fresh processes per format")
+    print(
+        f"scan --from a list of {len(names)} zoo models, --jobs 2, median of {arguments.rounds} fresh processes per format"
+    )
     print(f"{'format':<10} {'wall s':>8} {'vs json':>8} {'output':>10}")
     for fmt in FORMATS:
         median = statistics.median(times[fmt])

@@ -22,11 +22,21 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def _scan(hub, home: Path, *args: str) -> tuple[list[dict], float]:
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "0", "LOADGUARD_CACHE": str(home / "lg")}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "0",
+        "LOADGUARD_CACHE": str(home / "lg"),
+    }
     env.pop("HF_TOKEN", None)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "loadguard", "scan", *args, "--keys", "header", "--format", "json", "--timings"],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadguard", "scan", *args, "--keys", "header", "--format", "json", "--timings"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     seconds = time.perf_counter() - start
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     if not rows or not all(r.get("scanned") for r in rows):
@@ -52,7 +62,10 @@ def main() -> None:
         repos.update({f"bench/fleet-{index}": Repo.from_folder(small) for index in range(arguments.fleet)})
         with HubServer(repos) as hub:
             print(f"{'model':<28} {'weights':>12} {'1st scan fetched':>18} {'% of weights':>13} {'2nd scan':>10}")
-            for name, weights, extra in (("bench/small", weights_small, ["--trust-remote-code"]), ("bench/llama-70b", weights70, [])):
+            for name, weights, extra in (
+                ("bench/small", weights_small, ["--trust-remote-code"]),
+                ("bench/llama-70b", weights70, []),
+            ):
                 hub.traffic.reset()
                 rows, _ = _scan(hub, work, name, *extra)
                 first = hub.traffic.file_bytes()
@@ -60,17 +73,23 @@ def main() -> None:
                 _scan(hub, work, name, *extra)
                 second = hub.traffic.file_bytes()
                 assert rows[0]["fetched_bytes"] == first
-                print(f"{name:<28} {weights / 2**20:>10.1f} MB {first / 1024:>15.1f} KB {100 * first / weights:>12.3f}% {second:>8} B")
+                print(
+                    f"{name:<28} {weights / 2**20:>10.1f} MB {first / 1024:>15.1f} KB {100 * first / weights:>12.3f}% {second:>8} B"
+                )
                 import _machine
 
                 _machine.record(f"hub {name} first scan KB", first / 1024, unit="KB")
             listing = work / "fleet.txt"
             listing.write_text("".join(f"bench/fleet-{index}\n" for index in range(arguments.fleet)))
             hub.traffic.reset()
-            rows, seconds = _scan(hub, work, "--from", str(listing), "--trust-remote-code", "--jobs", str(arguments.jobs))
+            rows, seconds = _scan(
+                hub, work, "--from", str(listing), "--trust-remote-code", "--jobs", str(arguments.jobs)
+            )
             fetched = hub.traffic.file_bytes()
-            print(f"fleet of {len(rows)} ids (--jobs {arguments.jobs}): {seconds:.1f} s, {fetched / len(rows) / 1024:.1f} KB fetched per model, "
-                  f"{sum(hub.traffic.requests.values()) / len(rows):.1f} requests per model")
+            print(
+                f"fleet of {len(rows)} ids (--jobs {arguments.jobs}): {seconds:.1f} s, {fetched / len(rows) / 1024:.1f} KB fetched per model, "
+                f"{sum(hub.traffic.requests.values()) / len(rows):.1f} requests per model"
+            )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,15 @@ from loadguard._infra.envs import cache_root  # noqa: E402
 
 SHAPES = {
     "58M": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8, vocab_size=32000),
-    "374M": dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, vocab_size=32000),
-    "1.3B": dict(hidden_size=2048, intermediate_size=5504, num_hidden_layers=24, num_attention_heads=16, vocab_size=32000),
-    "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000),
+    "374M": dict(
+        hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, vocab_size=32000
+    ),
+    "1.3B": dict(
+        hidden_size=2048, intermediate_size=5504, num_hidden_layers=24, num_attention_heads=16, vocab_size=32000
+    ),
+    "7B": dict(
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000
+    ),
 }
 SHARD_BYTES = 2 << 30
 PROCESS = psutil.Process()
@@ -55,7 +61,12 @@ def checkpoint(shape: str, dtype: torch.dtype) -> Path:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    config = LlamaConfig(**SHAPES[shape], num_key_value_heads=SHAPES[shape]["num_attention_heads"], dtype=str(dtype).replace("torch.", ""), tie_word_embeddings=False)
+    config = LlamaConfig(
+        **SHAPES[shape],
+        num_key_value_heads=SHAPES[shape]["num_attention_heads"],
+        dtype=str(dtype).replace("torch.", ""),
+        tie_word_embeddings=False,
+    )
     config.architectures = ["LlamaForCausalLM"]
     config.save_pretrained(folder)
     with torch.device("meta"):
@@ -72,7 +83,11 @@ def checkpoint(shape: str, dtype: torch.dtype) -> Path:
         shard, size = {}, 0
 
     for key, tensor_shape in shapes.items():
-        value = (torch.randn(tensor_shape, generator=generator) * 0.02).to(dtype) if "norm" not in key else torch.ones(tensor_shape, dtype=dtype)
+        value = (
+            (torch.randn(tensor_shape, generator=generator) * 0.02).to(dtype)
+            if "norm" not in key
+            else torch.ones(tensor_shape, dtype=dtype)
+        )
         shard[key] = value
         size += value.numel() * value.element_size()
         total += value.numel() * value.element_size()
@@ -80,7 +95,9 @@ def checkpoint(shape: str, dtype: torch.dtype) -> Path:
             flush()
     if shard:
         flush()
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     (folder / "loadguard-bench-complete").write_text("")
     return folder
 
@@ -120,8 +137,13 @@ def budget(model) -> tuple[float, float]:
     from loadguard._audit.inventory import Inventory
 
     inventory = Inventory(model)
-    np_bytes = sum(inventory.tensor(e.name).numel() * inventory.tensor(e.name).element_size() for e in inventory.non_persistent_buffers)
-    largest = max(e_numel * size for e_numel, size in ((t.numel(), t.element_size()) for t in model.state_dict().values()))
+    np_bytes = sum(
+        inventory.tensor(e.name).numel() * inventory.tensor(e.name).element_size()
+        for e in inventory.non_persistent_buffers
+    )
+    largest = max(
+        e_numel * size for e_numel, size in ((t.numel(), t.element_size()) for t in model.state_dict().values())
+    )
     return np_bytes / 2**20, largest / 2**20
 
 
@@ -140,8 +162,18 @@ def plain(folder: Path, label: str) -> dict:
     del model
     gc.collect()
     _, scan_s = timed(lambda: loadguard.scan(folder, dtype="bfloat16"))
-    return {"label": label, "params": params, "load": load_s, "forward": forward_s, "audit": audit_s, "scan": scan_s, "ok": report.ok,
-            "peak_mb": peak.mb, "bound_mb": np_mb + largest_mb, "reason": report.summary("checkpoint_fidelity").reason}
+    return {
+        "label": label,
+        "params": params,
+        "load": load_s,
+        "forward": forward_s,
+        "audit": audit_s,
+        "scan": scan_s,
+        "ok": report.ok,
+        "peak_mb": peak.mb,
+        "bound_mb": np_mb + largest_mb,
+        "reason": report.summary("checkpoint_fidelity").reason,
+    }
 
 
 def offloaded(folder: Path) -> dict:
@@ -160,7 +192,11 @@ def offloaded(folder: Path) -> dict:
     layout = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
     layout.update({f"model.layers.{i}": ("disk" if i >= layers // 2 else "cpu") for i in range(layers)})
     with tempfile.TemporaryDirectory() as offload_folder:
-        model, load_s = timed(lambda: AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, device_map=layout, offload_folder=offload_folder))
+        model, load_s = timed(
+            lambda: AutoModelForCausalLM.from_pretrained(
+                folder, dtype=torch.bfloat16, device_map=layout, offload_folder=offload_folder
+            )
+        )
         tokens = torch.arange(8)[None]
         with torch.no_grad():
             _, forward_s = timed(lambda model=model: model(tokens))
@@ -169,7 +205,9 @@ def offloaded(folder: Path) -> dict:
         with Peak() as peak:
             report, audit_s = timed(lambda model=model: loadguard.audit(model))
         original = audit_module._hook_reads_the_checkpoint
-        audit_module._hook_reads_the_checkpoint = lambda *args: False  # every offloaded value read through its hook and compared
+        audit_module._hook_reads_the_checkpoint = lambda *args: (
+            False
+        )  # every offloaded value read through its hook and compared
         try:
             with Peak() as read_peak:
                 read_report, read_s = timed(lambda model=model: loadguard.audit(model))
@@ -190,9 +228,20 @@ def offloaded(folder: Path) -> dict:
         np_mb, largest_mb = budget(model)
         del model
         gc.collect()
-    return {"load": load_s, "forward": forward_s, "audit": audit_s, "read_audit": read_s, "ok": report.ok and read_report.ok, "offloaded": len(names),
-            "gb": offloaded_bytes / 1e9, "raw_s": raw_s, "peak_mb": peak.mb, "read_peak_mb": read_peak.mb, "bound_mb": np_mb + largest_mb,
-            "reason": report.summary("checkpoint_fidelity").reason}
+    return {
+        "load": load_s,
+        "forward": forward_s,
+        "audit": audit_s,
+        "read_audit": read_s,
+        "ok": report.ok and read_report.ok,
+        "offloaded": len(names),
+        "gb": offloaded_bytes / 1e9,
+        "raw_s": raw_s,
+        "peak_mb": peak.mb,
+        "read_peak_mb": read_peak.mb,
+        "bound_mb": np_mb + largest_mb,
+        "reason": report.summary("checkpoint_fidelity").reason,
+    }
 
 
 def cast(stored: torch.dtype, loaded: torch.dtype) -> dict:
@@ -213,41 +262,63 @@ def cast(stored: torch.dtype, loaded: torch.dtype) -> dict:
     equal_gbps = sum(t.numel() * t.element_size() for t in twins) / 1e9 / (time.perf_counter() - start)
     del model, twins, originals
     gc.collect()
-    return {"stored": stored, "loaded": loaded, "ok": report.ok, "gbps": compared / 1e9 / fidelity_s, "equal_gbps": equal_gbps}
+    return {
+        "stored": stored,
+        "loaded": loaded,
+        "ok": report.ok,
+        "gbps": compared / 1e9 / fidelity_s,
+        "equal_gbps": equal_gbps,
+    }
 
 
 def main() -> None:
     seven = checkpoint("7B", torch.bfloat16)
-    print(f"## Llama-7B-shaped, bfloat16, random weights ({sum(p.stat().st_size for p in seven.glob('*.safetensors')) / 1e9:.1f} GB at {seven})")
+    print(
+        f"## Llama-7B-shaped, bfloat16, random weights ({sum(p.stat().st_size for p in seven.glob('*.safetensors')) / 1e9:.1f} GB at {seven})"
+    )
     rows = [plain(checkpoint(shape, torch.bfloat16), shape) for shape in ("58M", "374M", "1.3B")]
     big = plain(seven, "7B")
     rows.append(big)
     ratio = big["audit"] / (big["load"] + big["forward"])
-    print(f"from_pretrained {big['load']:.2f} s, first forward (8 tokens) {big['forward']:.2f} s, audit {big['audit']:.2f} s, scan {big['scan']:.2f} s")
+    print(
+        f"from_pretrained {big['load']:.2f} s, first forward (8 tokens) {big['forward']:.2f} s, audit {big['audit']:.2f} s, scan {big['scan']:.2f} s"
+    )
     print(f"audit / (load + forward) = {ratio:.1%} (target <= 5%)   audit clean: {big['ok']}   ({big['reason']})")
-    print(f"peak extra memory during the audit {big['peak_mb']:.0f} MB (target <= non-persistent buffers + largest tensor = {big['bound_mb']:.0f} MB)")
+    print(
+        f"peak extra memory during the audit {big['peak_mb']:.0f} MB (target <= non-persistent buffers + largest tensor = {big['bound_mb']:.0f} MB)"
+    )
 
     off = offloaded(seven)
     raw = off["gb"] / off["raw_s"]
     print(f"\n## Half the layers disk-offloaded ({off['offloaded']} tensors, {off['gb']:.1f} GB the hooks read)")
-    print(f"from_pretrained {off['load']:.2f} s, first forward {off['forward']:.2f} s, clean: {off['ok']} ({off['reason']})")
+    print(
+        f"from_pretrained {off['load']:.2f} s, first forward {off['forward']:.2f} s, clean: {off['ok']} ({off['reason']})"
+    )
     print(f"raw read of the same bytes (page cache as it is): {raw:.2f} GB/s")
-    for label, seconds, peak_mb in (("audit (hooks reading the checkpoint's own bytes: proven)", off["audit"], off["peak_mb"]),
-                                    ("audit, every offloaded value read and compared", off["read_audit"], off["read_peak_mb"])):
+    for label, seconds, peak_mb in (
+        ("audit (hooks reading the checkpoint's own bytes: proven)", off["audit"], off["peak_mb"]),
+        ("audit, every offloaded value read and compared", off["read_audit"], off["read_peak_mb"]),
+    ):
         throughput = off["gb"] / seconds
-        print(f"{label}: {seconds:.2f} s = {throughput:.2f} GB/s, {throughput / raw:.0%} of the raw read (target >= 50%); "
-              f"peak extra memory {peak_mb:.0f} MB (target <= {off['bound_mb']:.0f} MB)")
+        print(
+            f"{label}: {seconds:.2f} s = {throughput:.2f} GB/s, {throughput / raw:.0%} of the raw read (target >= 50%); "
+            f"peak extra memory {peak_mb:.0f} MB (target <= {off['bound_mb']:.0f} MB)"
+        )
 
     print("\n## Cast loads (1.3B shape): every value compared")
     for stored, loaded in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
         row = cast(stored, loaded)
-        print(f"{str(stored)[6:]:>8} checkpoint loaded as {str(loaded)[6:]:<8}: {row['gbps']:.2f} GB/s vs in-memory torch.equal {row['equal_gbps']:.2f} GB/s "
-              f"= {row['gbps'] / row['equal_gbps']:.0%} (target >= 70%), clean: {row['ok']}")
+        print(
+            f"{str(stored)[6:]:>8} checkpoint loaded as {str(loaded)[6:]:<8}: {row['gbps']:.2f} GB/s vs in-memory torch.equal {row['equal_gbps']:.2f} GB/s "
+            f"= {row['gbps'] / row['equal_gbps']:.0%} (target >= 70%), clean: {row['ok']}"
+        )
 
     print("\n## Scaling: audit / (load + first forward)")
     print(f"{'params':>8} {'load s':>8} {'forward s':>10} {'audit s':>8} {'scan s':>8} {'audit/(load+fwd)':>17}")
     for row in rows:
-        print(f"{row['params'] / 1e6:>7.0f}M {row['load']:>8.2f} {row['forward']:>10.2f} {row['audit']:>8.3f} {row['scan']:>8.2f} {row['audit'] / (row['load'] + row['forward']):>16.1%}")
+        print(
+            f"{row['params'] / 1e6:>7.0f}M {row['load']:>8.2f} {row['forward']:>10.2f} {row['audit']:>8.3f} {row['scan']:>8.2f} {row['audit'] / (row['load'] + row['forward']):>16.1%}"
+        )
 
 
 if __name__ == "__main__":

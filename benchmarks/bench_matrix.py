@@ -28,16 +28,37 @@ def main() -> None:
     from loadguard import zoo
 
     with tempfile.TemporaryDirectory(prefix="loadguard-bench-matrix-") as workdir:
-        models = [str(zoo.build(name, Path(workdir) / name)) for name in ("minicpmv_like", "minicpmv_like_fixed", "overwritten")]
+        models = [
+            str(zoo.build(name, Path(workdir) / name))
+            for name in ("minicpmv_like", "minicpmv_like_fixed", "overwritten")
+        ]
         env = {**os.environ, "LOADGUARD_CACHE": str(Path(workdir) / "cache")}
-        command = [sys.executable, "-m", "loadguard", "matrix", *models, "--transformers", arguments.versions, "--trust-remote-code",
-                   "--workaround", "auto", "--workaround", "minicpmv-pos-cache", "--jobs", str(arguments.jobs), "--format", "markdown"]
+        command = [
+            sys.executable,
+            "-m",
+            "loadguard",
+            "matrix",
+            *models,
+            "--transformers",
+            arguments.versions,
+            "--trust-remote-code",
+            "--workaround",
+            "auto",
+            "--workaround",
+            "minicpmv-pos-cache",
+            "--jobs",
+            str(arguments.jobs),
+            "--format",
+            "markdown",
+        ]
         cells = len(models) * len(arguments.versions.split(","))
         for label in ("first run (environments built)", "second run (cached)"):
             start = time.perf_counter()
             result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
             seconds = time.perf_counter() - start
-            print(f"## {label}: {seconds:.1f} s for {cells} cells = {seconds / cells:.2f} s per cell (exit {result.returncode})")
+            print(
+                f"## {label}: {seconds:.1f} s for {cells} cells = {seconds / cells:.2f} s per cell (exit {result.returncode})"
+            )
         print("target: the cached matrix at most 3 s per cell (process start and environment checks included)")
         print(result.stdout.replace(workdir + "/", ""))
 

@@ -18,7 +18,11 @@ from pathlib import Path
 
 def _run(listing: Path) -> float:
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--format", "json"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - start
     if result.returncode != 2:
         raise SystemExit(f"expected exit 2 (none could be scanned), got {result.returncode}:\n{result.stderr[-2000:]}")
@@ -40,8 +44,10 @@ def main() -> None:
             times["many"].append(_run(many))
     first, all_ = statistics.median(times["one"]), statistics.median(times["many"])
     print(f"scan --from a list of paths that do not exist, median of {arguments.rounds} fresh processes")
-    print(f"1 path: {first:.2f} s; {arguments.paths} paths: {all_:.2f} s; the extra {arguments.paths - 1} rows: {all_ - first:.2f} s "
-          f"({(all_ - first) / (arguments.paths - 1) * 1000:.2f} ms a row; target: {arguments.paths} rows in <= 5 s)")
+    print(
+        f"1 path: {first:.2f} s; {arguments.paths} paths: {all_:.2f} s; the extra {arguments.paths - 1} rows: {all_ - first:.2f} s "
+        f"({(all_ - first) / (arguments.paths - 1) * 1000:.2f} ms a row; target: {arguments.paths} rows in <= 5 s)"
+    )
     import _machine
 
     _machine.record("missing path ms a row", (all_ - first) / (arguments.paths - 1) * 1000, unit="ms")

@@ -67,11 +67,24 @@ def zoo_models(root: Path):
 def clip_without_logit_scale(root: Path):
     from safetensors.torch import load_file, save_file
 
-    text = dict(vocab_size=99, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=20,
-                bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
+    text = dict(
+        vocab_size=99,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=20,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
+    )
     folder = root / "clip"
-    transformers.CLIPModel(transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)).save_pretrained(folder)
+    transformers.CLIPModel(
+        transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)
+    ).save_pretrained(folder)
     tensors = load_file(folder / "model.safetensors")
     del tensors["logit_scale"]
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
@@ -80,8 +93,15 @@ def clip_without_logit_scale(root: Path):
 
 
 def llama_head_from_base(root: Path):
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, num_labels=3)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_labels=3,
+    )
     transformers.LlamaModel(config).save_pretrained(root / "llama")
     model, info = transformers.LlamaForSequenceClassification.from_pretrained(root / "llama", output_loading_info=True)
     return "native: Llama seq-cls head from a base checkpoint", model, info
@@ -91,7 +111,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.repeat} audits per model (median)")
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {args.repeat} audits per model (median)"
+    )
     print(f"{'model':<52} {'observed':>10} {'declared':>10} {'ratio':>7}  verdicts that differ")
     total_observed = total_declared = 0.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,10 +127,18 @@ def main() -> int:
                 declared, said = timed(model, info, args.repeat)
             total_observed += observed
             total_declared += declared
-            changed = sorted(f"{f.tensor}: {g.status} -> {f.status}" for f in seen.findings for g in said.findings
-                             if f.tensor == g.tensor and f.check == g.check and f.status != g.status)
-            print(f"{name:<52} {observed * 1000:>8.1f}ms {declared * 1000:>8.1f}ms {observed / declared:>6.2f}x  {'; '.join(changed) or '-'}")
-    print(f"{'all':<52} {total_observed * 1000:>8.1f}ms {total_declared * 1000:>8.1f}ms {total_observed / total_declared:>6.2f}x")
+            changed = sorted(
+                f"{f.tensor}: {g.status} -> {f.status}"
+                for f in seen.findings
+                for g in said.findings
+                if f.tensor == g.tensor and f.check == g.check and f.status != g.status
+            )
+            print(
+                f"{name:<52} {observed * 1000:>8.1f}ms {declared * 1000:>8.1f}ms {observed / declared:>6.2f}x  {'; '.join(changed) or '-'}"
+            )
+    print(
+        f"{'all':<52} {total_observed * 1000:>8.1f}ms {total_declared * 1000:>8.1f}ms {total_observed / total_declared:>6.2f}x"
+    )
     import _machine
 
     _machine.record("audit observed / declared", total_observed / total_declared, unit="x")

@@ -17,14 +17,34 @@ import time
 from pathlib import Path
 
 SUITE = Path(__file__).resolve().parent.parent / "examples" / "peer_suite"
-MODES = {"plain": ["-p", "no:loadguard"], "fail": ["--loadguard=fail"], "fail+poison": ["--loadguard=fail", "--loadguard-poison"]}
+MODES = {
+    "plain": ["-p", "no:loadguard"],
+    "fail": ["--loadguard=fail"],
+    "fail+poison": ["--loadguard=fail", "--loadguard-poison"],
+}
 
 
 def run(options: list[str], basetemp: str) -> float:
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--basetemp", basetemp, *options],
-        capture_output=True, text=True, cwd=SUITE, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITE),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--basetemp",
+            basetemp,
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=SUITE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     if result.returncode != 0:
         raise SystemExit(f"the peer suite failed with {options}:\n{result.stdout[-3000:]}")
@@ -44,7 +64,9 @@ def main() -> None:
     print(f"examples/peer_suite, {arguments.rounds} round(s), median wall time per pytest process:")
     for mode, values in times.items():
         median = statistics.median(values)
-        print(f"  {mode:<12} {median:6.2f} s  ({median / plain:.2f}x plain)  runs: {', '.join(f'{v:.2f}' for v in values)}")
+        print(
+            f"  {mode:<12} {median:6.2f} s  ({median / plain:.2f}x plain)  runs: {', '.join(f'{v:.2f}' for v in values)}"
+        )
     ratio = statistics.median(times["fail"]) / plain
     print(f"--loadguard=fail / plain: {ratio:.2f}x (target <= 1.15x): {'ok' if ratio <= 1.15 else 'OVER TARGET'}")
     import _machine

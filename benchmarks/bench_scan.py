@@ -25,18 +25,82 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 SHAPES = {
     # name: (config class, kwargs, wall-time target in seconds or None)
-    "llama-7b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000), None),
-    "llama-70b": ("LlamaConfig", dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8, vocab_size=128256), 1.5),
-    "llama-405b": ("LlamaConfig", dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128, num_key_value_heads=8, vocab_size=128256), 5.0),
-    "mixtral-8x22b": ("MixtralConfig", dict(hidden_size=6144, intermediate_size=16384, num_hidden_layers=56, num_attention_heads=48, num_key_value_heads=8, vocab_size=32768, num_local_experts=8, num_experts_per_tok=2), None),
-    "kimi-k2 (native DeepseekV3, 1T)": ("DeepseekV3Config", dict(
-        hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64,
-        n_routed_experts=384, n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=1, vocab_size=163840, q_lora_rank=1536,
-        kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128), 60.0),
+    "llama-7b": (
+        "LlamaConfig",
+        dict(
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            vocab_size=32000,
+        ),
+        None,
+    ),
+    "llama-70b": (
+        "LlamaConfig",
+        dict(
+            hidden_size=8192,
+            intermediate_size=28672,
+            num_hidden_layers=80,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            vocab_size=128256,
+        ),
+        1.5,
+    ),
+    "llama-405b": (
+        "LlamaConfig",
+        dict(
+            hidden_size=16384,
+            intermediate_size=53248,
+            num_hidden_layers=126,
+            num_attention_heads=128,
+            num_key_value_heads=8,
+            vocab_size=128256,
+        ),
+        5.0,
+    ),
+    "mixtral-8x22b": (
+        "MixtralConfig",
+        dict(
+            hidden_size=6144,
+            intermediate_size=16384,
+            num_hidden_layers=56,
+            num_attention_heads=48,
+            num_key_value_heads=8,
+            vocab_size=32768,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+        ),
+        None,
+    ),
+    "kimi-k2 (native DeepseekV3, 1T)": (
+        "DeepseekV3Config",
+        dict(
+            hidden_size=7168,
+            intermediate_size=18432,
+            moe_intermediate_size=2048,
+            num_hidden_layers=61,
+            num_attention_heads=64,
+            num_key_value_heads=64,
+            n_routed_experts=384,
+            n_shared_experts=1,
+            num_experts_per_tok=8,
+            first_k_dense_replace=1,
+            vocab_size=163840,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
+            qk_nope_head_dim=128,
+        ),
+        60.0,
+    ),
     "kimi-k2 per-expert modules (remote-code style, 1T)": ("PerExpert", dict(num_hidden_layers=61), 60.0),
 }
 
-_CHILD = r'''
+_CHILD = r"""
 import json, os, sys, threading, time, warnings
 warnings.filterwarnings("ignore")
 import psutil, torch, transformers
@@ -109,23 +173,34 @@ reference = build_reference(meta)
 np_bytes = sum(v.numel() * v.element_size() for v in reference.values.values())
 print(json.dumps({"name": name, "seconds": seconds, "peak_mb": (peak - base) / 2**20, "params": params, "np_mb": np_bytes / 2**20,
                   "modules": sum(1 for _ in meta.modules()), "findings": [f.tensor for f in report.failures]}))
-'''
+"""
 
 
 def shapes(quick: bool) -> None:
     print("## Model shapes, no weights (each in a fresh interpreter)")
-    print(f"{'shape':<52} {'params':>8} {'modules':>8} {'wall s':>8} {'target':>7} {'peak MB':>8} {'≤ np+64':>8}  verdict")
+    print(
+        f"{'shape':<52} {'params':>8} {'modules':>8} {'wall s':>8} {'target':>7} {'peak MB':>8} {'≤ np+64':>8}  verdict"
+    )
     for name, (class_name, kwargs, target) in SHAPES.items():
         if quick and "per-expert" in name:
             continue
-        result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([name, class_name, kwargs])], capture_output=True, text=True, timeout=1200)
+        result = subprocess.run(
+            [sys.executable, "-c", _CHILD, json.dumps([name, class_name, kwargs])],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
         if result.returncode != 0:
-            print(f"{name:<52} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
+            print(
+                f"{name:<52} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}"
+            )
             continue
         row = json.loads(result.stdout.strip().splitlines()[-1])
         bound = row["np_mb"] + 64
         time_ok = target is None or row["seconds"] <= target
-        verdict = ("ok" if time_ok and row["peak_mb"] <= bound else "OVER") + (f" (findings: {row['findings']})" if row["findings"] else "")
+        verdict = ("ok" if time_ok and row["peak_mb"] <= bound else "OVER") + (
+            f" (findings: {row['findings']})" if row["findings"] else ""
+        )
         print(
             f"{name:<52} {row['params'] / 1e9:>7.0f}B {row['modules']:>8} {row['seconds']:>8.2f} {target if target else '-':>7} "
             f"{row['peak_mb']:>8.1f} {bound:>8.1f}  {verdict}"
@@ -138,8 +213,12 @@ def scan_vs_audit() -> None:
     from loadguard._audit.loading import load_unaudited
 
     print("\n## Scan vs full audit of the same zoo folder (median of 5, same process, warm)")
-    cases = [("minicpmv_like", {}), ("np_buffer", {}), ("overwritten", {}),
-             ("np_buffer", dict(hidden_size=1024, num_hidden_layers=24, intermediate_size=4096, vocab_size=32000))]
+    cases = [
+        ("minicpmv_like", {}),
+        ("np_buffer", {}),
+        ("overwritten", {}),
+        ("np_buffer", dict(hidden_size=1024, num_hidden_layers=24, intermediate_size=4096, vocab_size=32000)),
+    ]
     with tempfile.TemporaryDirectory() as workdir:
         for index, (name, size) in enumerate(cases):
             folder = zoo.build(name, Path(workdir) / f"{name}-{index}", **size)
@@ -164,7 +243,9 @@ def scan_vs_audit() -> None:
                     samples.append(time.perf_counter() - start)
                 timings[kind] = statistics.median(samples)
             ratio = timings["scan"] / timings["audit"]
-            print(f"{label:<28} full load + audit {timings['audit']:.3f} s   scan {timings['scan']:.3f} s   scan/audit {ratio:.0%} (target ≤ 50%)")
+            print(
+                f"{label:<28} full load + audit {timings['audit']:.3f} s   scan {timings['scan']:.3f} s   scan/audit {ratio:.0%} (target ≤ 50%)"
+            )
             import _machine
 
             _machine.record(f"scan/audit {label}", ratio, unit="x")
@@ -188,7 +269,14 @@ def fleet() -> None:
             scan_row(folder, options)
         warm = time.perf_counter() - start
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch, transformers, loadguard.scan; from transformers import PreTrainedModel"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import torch, transformers, loadguard.scan; from transformers import PreTrainedModel",
+            ],
+            check=True,
+        )
         imports = time.perf_counter() - start
         listing = Path(workdir) / "fleet.txt"
         listing.write_text("\n".join(folders) + "\n")
@@ -196,8 +284,24 @@ def fleet() -> None:
         for jobs in (1, 2):
             start = time.perf_counter()
             result = subprocess.run(
-                [sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--trust-remote-code", "--workaround", "auto", "--format", "json", "--jobs", str(jobs)],
-                capture_output=True, text=True, timeout=1800,
+                [
+                    sys.executable,
+                    "-m",
+                    "loadguard",
+                    "scan",
+                    "--from",
+                    str(listing),
+                    "--trust-remote-code",
+                    "--workaround",
+                    "auto",
+                    "--format",
+                    "json",
+                    "--jobs",
+                    str(jobs),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=1800,
             )
             times[jobs] = time.perf_counter() - start
             rows = [json.loads(line) for line in result.stdout.splitlines()]
@@ -205,9 +309,13 @@ def fleet() -> None:
                 row.pop("seconds", None)
             outputs[jobs] = rows
         overhead = (times[1] - imports - warm) / len(folders)
-        print(f"warm scans in one process: {warm:.1f} s ({warm / len(folders):.2f} s per model); importing torch + transformers once: {imports:.1f} s")
-        print(f"fleet --jobs 1: {times[1]:.1f} s   --jobs 2: {times[2]:.1f} s   overhead per model beyond the warm scan (--jobs 1): "
-              f"{overhead:.2f} s (target <= 1 s)   identical output: {outputs[1] == outputs[2]}")
+        print(
+            f"warm scans in one process: {warm:.1f} s ({warm / len(folders):.2f} s per model); importing torch + transformers once: {imports:.1f} s"
+        )
+        print(
+            f"fleet --jobs 1: {times[1]:.1f} s   --jobs 2: {times[2]:.1f} s   overhead per model beyond the warm scan (--jobs 1): "
+            f"{overhead:.2f} s (target <= 1 s)   identical output: {outputs[1] == outputs[2]}"
+        )
         import _machine
 
         _machine.record("fleet of 20 --jobs 2 s", times[2], unit="s")
@@ -224,8 +332,28 @@ def code_that_allocates() -> None:
     from loadguard import zoo
 
     cases = {
-        "picks its own device, 8B-shaped": ("device_picking", dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=11008, vocab_size=50304, max_position_embeddings=2048, num_attention_heads=32)),
-        "int8 weights as buffers, 7B-shaped": ("int8_buffers", dict(hidden_size=4096, num_hidden_layers=32, intermediate_size=16384, vocab_size=51200, max_position_embeddings=2048, num_attention_heads=32)),
+        "picks its own device, 8B-shaped": (
+            "device_picking",
+            dict(
+                hidden_size=4096,
+                num_hidden_layers=32,
+                intermediate_size=11008,
+                vocab_size=50304,
+                max_position_embeddings=2048,
+                num_attention_heads=32,
+            ),
+        ),
+        "int8 weights as buffers, 7B-shaped": (
+            "int8_buffers",
+            dict(
+                hidden_size=4096,
+                num_hidden_layers=32,
+                intermediate_size=16384,
+                vocab_size=51200,
+                max_position_embeddings=2048,
+                num_attention_heads=32,
+            ),
+        ),
     }
     print("\n## Model code that allocates for itself (targets 60 s, 2048 MB)")
     for label, (name, shape) in cases.items():
@@ -235,15 +363,37 @@ def code_that_allocates() -> None:
             config = json.loads((folder / "config.json").read_text())
             config.update(shape)
             (folder / "config.json").write_text(json.dumps(config))
-            code = ("import resource, subprocess, sys, time; start = time.perf_counter(); "
-                    "r = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=600); "
-                    "print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.stderr.write(r.stdout)")
+            code = (
+                "import resource, subprocess, sys, time; start = time.perf_counter(); "
+                "r = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=600); "
+                "print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.stderr.write(r.stdout)"
+            )
             # a process of its own per case: RUSAGE_CHILDREN is the largest child so far, so each case measures alone
-            result = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "loadguard", "scan", str(folder), "--trust-remote-code", "--keys", "complete", "--format", "json"],
-                                    capture_output=True, text=True, timeout=900)
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    code,
+                    sys.executable,
+                    "-m",
+                    "loadguard",
+                    "scan",
+                    str(folder),
+                    "--trust-remote-code",
+                    "--keys",
+                    "complete",
+                    "--format",
+                    "json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             seconds, peak = result.stdout.split()
             wrong = sum(1 for f in json.loads(result.stderr)["findings"] if f["status"] != "unverifiable")
-            print(f"{label}: scanned in {float(seconds):.1f} s (selfcheck included when it runs), peak {int(peak) / 1024:.0f} MB, {wrong} tensors predicted wrong")
+            print(
+                f"{label}: scanned in {float(seconds):.1f} s (selfcheck included when it runs), peak {int(peak) / 1024:.0f} MB, {wrong} tensors predicted wrong"
+            )
 
 
 # v4-era zoo families (remote code written for transformers 4.x, each failing differently on 5.x) at published
@@ -261,8 +411,14 @@ def _full_size(name: str, size: str, folder: Path) -> Path:
     (built / "model.safetensors").unlink()
     config = json.loads((built / "config.json").read_text())
     hidden, layers, intermediate, heads = PUBLISHED[size]
-    config.update(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=intermediate, num_attention_heads=heads, vocab_size=32000,
-                  max_position_embeddings=2048)
+    config.update(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        intermediate_size=intermediate,
+        num_attention_heads=heads,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    )
     (built / "config.json").write_text(json.dumps(config))
     return built
 
@@ -288,19 +444,52 @@ def families() -> None:
     cannot use the parent's OpenMP team): a process that had run this script's other sections would start warmer."""
     import _machine
 
-    print("\n## Remote-code families at published sizes, weightless: per-stage seconds, warm process vs fleet child (--jobs 1)")
+    print(
+        "\n## Remote-code families at published sizes, weightless: per-stage seconds, warm process vs fleet child (--jobs 1)"
+    )
     options = {"trust_remote_code": True, "workarounds": ["auto"], "keys": "auto", "placement": {}}
     with tempfile.TemporaryDirectory() as workdir:
-        folders = {f"{name} {size}": str(_full_size(name, size, Path(workdir) / f"{name}-{size}")) for name in FAMILIES for size in PUBLISHED}
-        sequential = subprocess.run([sys.executable, "-c", _SEQUENTIAL, json.dumps([options, list(folders.values())])], capture_output=True, text=True,
-                                    timeout=1800)
+        folders = {
+            f"{name} {size}": str(_full_size(name, size, Path(workdir) / f"{name}-{size}"))
+            for name in FAMILIES
+            for size in PUBLISHED
+        }
+        sequential = subprocess.run(
+            [sys.executable, "-c", _SEQUENTIAL, json.dumps([options, list(folders.values())])],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         warm = dict(zip(folders, json.loads(sequential.stdout.strip().splitlines()[-1])))
         listing = Path(workdir) / "fleet.txt"
         listing.write_text("\n".join(folders.values()) + "\n")
-        result = subprocess.run([sys.executable, "-m", "loadguard", "scan", "--from", str(listing), "--trust-remote-code", "--workaround", "auto",
-                                 "--format", "json", "--jobs", "1", "--timings"], capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loadguard",
+                "scan",
+                "--from",
+                str(listing),
+                "--trust-remote-code",
+                "--workaround",
+                "auto",
+                "--format",
+                "json",
+                "--jobs",
+                "1",
+                "--timings",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         fleet_rows = {row["model"]: row for row in map(json.loads, result.stdout.splitlines())}
-    print(f"{'model':<22}" + "".join(f"{stage + ' warm/fleet':>24}" for stage in STAGES) + f"{'findings':>10}{'ms/finding':>11}")
+    print(
+        f"{'model':<22}"
+        + "".join(f"{stage + ' warm/fleet':>24}" for stage in STAGES)
+        + f"{'findings':>10}{'ms/finding':>11}"
+    )
     over, totals = [], {stage: [0.0, 0.0] for stage in STAGES}
     for label, folder in folders.items():
         here, there = warm[label].get("seconds") or {}, fleet_rows.get(folder, {}).get("seconds") or {}
@@ -332,15 +521,26 @@ def many_findings() -> None:
 
     print("\n## 178 findings in one model (176 layers, a 2048x2048 mask each), warm, best of 3")
     with tempfile.TemporaryDirectory() as workdir:
-        folder = zoo.build("np_buffer", Path(workdir) / "many", hidden_size=256, num_hidden_layers=176, intermediate_size=512, vocab_size=1000,
-                           max_position_embeddings=2048)
+        folder = zoo.build(
+            "np_buffer",
+            Path(workdir) / "many",
+            hidden_size=256,
+            num_hidden_layers=176,
+            intermediate_size=512,
+            vocab_size=1000,
+            max_position_embeddings=2048,
+        )
         (folder / "model.safetensors").unlink()
         loadguard.scan(folder, trust_remote_code=True)
-        best = min((loadguard.scan(folder, trust_remote_code=True) for _ in range(3)), key=lambda r: r.seconds["checks"])
+        best = min(
+            (loadguard.scan(folder, trust_remote_code=True) for _ in range(3)), key=lambda r: r.seconds["checks"]
+        )
     findings = len(best.failures)
     checks, load = best.seconds["checks"], best.seconds["load"]
-    print(f"{findings} findings: load {load:.3f} s, checks {checks:.3f} s ({checks / load:.2f}x load; target <= 1), "
-          f"{1000 * checks / findings:.2f} ms a finding (target <= 2 ms)")
+    print(
+        f"{findings} findings: load {load:.3f} s, checks {checks:.3f} s ({checks / load:.2f}x load; target <= 1), "
+        f"{1000 * checks / findings:.2f} ms a finding (target <= 2 ms)"
+    )
     _machine.record("checks ms per finding (178 findings)", 1000 * checks / findings, unit="ms")
     _machine.record("checks / load (178 findings)", checks / load, unit="x")
 
@@ -350,10 +550,17 @@ def warm_70b_times(source: str | None = None) -> tuple[float, float]:
     folder put first on PYTHONPATH, another release's code): the first scan's seconds, and the best of the next 3."""
     code = _CHILD.split("process = psutil.Process()")[0] + (
         "times = []\nfor _ in range(4):\n    start = time.perf_counter()\n    loadguard.scan(config, model_class=model_class)\n"
-        "    times.append(time.perf_counter() - start)\nprint(json.dumps(times))\n")
+        "    times.append(time.perf_counter() - start)\nprint(json.dumps(times))\n"
+    )
     class_name, kwargs, _ = SHAPES["llama-70b"]
     env = {**os.environ, "PYTHONPATH": source} if source else None
-    result = subprocess.run([sys.executable, "-c", code, json.dumps(["llama-70b", class_name, kwargs])], capture_output=True, text=True, timeout=600, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(["llama-70b", class_name, kwargs])],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     times = json.loads(result.stdout.strip().splitlines()[-1])
     return times[0], min(times[1:])
 
@@ -364,8 +571,10 @@ def warm_70b() -> None:
     import _machine
 
     first, best = warm_70b_times()
-    print(f"\n## llama-70b config, warm process: first scan after a tiny warm-up {first:.2f} s (target <= 0.7 s), "
-          f"best of the next 3 {best:.2f} s (target <= 0.5 s)")
+    print(
+        f"\n## llama-70b config, warm process: first scan after a tiny warm-up {first:.2f} s (target <= 0.7 s), "
+        f"best of the next 3 {best:.2f} s (target <= 0.5 s)"
+    )
     _machine.record("70b warm scan s", best, unit="s")
     _machine.record("70b first scan after warm-up s", first, unit="s")
 
@@ -390,13 +599,20 @@ def native_sweep(everything: bool) -> None:
     1T-parameter shapes among them, would otherwise be counted)."""
     import _machine
 
-    result = subprocess.run([sys.executable, "-c", _SWEEP, "all" if everything else "causal"], capture_output=True, text=True, timeout=3600,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run(
+        [sys.executable, "-c", _SWEEP, "all" if everything else "causal"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     row = json.loads(result.stdout.strip().splitlines()[-1])
     label = "every auto-mapped class" if everything else "every causal-LM class"
     _machine.record(f"scan --native {label} s", row["seconds"], unit="s")
-    print(f"\n## scan --native, {label}: {row['rows']} classes in {row['seconds']:.0f} s (--jobs 2; target {'15 min' if everything else '3 min'}), "
-          f"{row['clean']} clean, largest child {row['peak_mb']:.0f} MB resident (target <= 1024 MB)")
+    print(
+        f"\n## scan --native, {label}: {row['rows']} classes in {row['seconds']:.0f} s (--jobs 2; target {'15 min' if everything else '3 min'}), "
+        f"{row['clean']} clean, largest child {row['peak_mb']:.0f} MB resident (target <= 1024 MB)"
+    )
 
 
 if __name__ == "__main__":
@@ -405,7 +621,9 @@ if __name__ == "__main__":
     _machine.announce()
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="skip the per-expert 61-layer model")
-    parser.add_argument("--all-classes", action="store_true", help="sweep every auto-mapped class (about 10 min), not only causal LMs")
+    parser.add_argument(
+        "--all-classes", action="store_true", help="sweep every auto-mapped class (about 10 min), not only causal LMs"
+    )
     arguments = parser.parse_args()
     shapes(arguments.quick)
     warm_70b()

@@ -47,7 +47,9 @@ def main(argv=None) -> int:
             size = folder_mb(folder)
             worst = max(worst, max(times))
             flag = "" if max(times) < BUDGET_S and size < BUDGET_MB else "  OVER BUDGET"
-            print(f"{name:<26}{statistics.median(times):>10.3f}{max(times):>8.3f}{size:>7.2f}{max(times) / BUDGET_S:>12.3f}{flag}")
+            print(
+                f"{name:<26}{statistics.median(times):>10.3f}{max(times):>8.3f}{size:>7.2f}{max(times) / BUDGET_S:>12.3f}{flag}"
+            )
     print(f"slowest build: {worst:.3f} s = {worst / BUDGET_S:.3f} of the {BUDGET_S:.0f} s budget")
     import _machine
 

@@ -27,8 +27,12 @@ HERE = Path(__file__).resolve().parent
 def _commit() -> str:
     """HEAD's short commit, ``-dirty`` when the tree has changes (figures of uncommitted code)."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=HERE
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
@@ -83,12 +87,17 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="the file the benchmarks appended their figures to")
-    parser.add_argument("--margin", type=float, default=0.10, help="how much worse a figure may be before it is printed (0.10: 10%%)")
+    parser.add_argument(
+        "--margin", type=float, default=0.10, help="how much worse a figure may be before it is printed (0.10: 10%%)"
+    )
     parser.add_argument("--history", type=Path, default=HERE / "history")
     parser.add_argument("--no-store", action="store_true", help="compare only; write nothing")
     arguments = parser.parse_args(argv)
     if not arguments.run.is_file():
-        print(f"{arguments.run}: no figures recorded (run the benchmarks with {_machine.RECORD_ENV}={arguments.run})", file=sys.stderr)
+        print(
+            f"{arguments.run}: no figures recorded (run the benchmarks with {_machine.RECORD_ENV}={arguments.run})",
+            file=sys.stderr,
+        )
         return 2
     figures = read_run(arguments.run)
     release, machine = _commit(), _machine.describe()
@@ -101,12 +110,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"against {stored['release']} of {stored['date']} ({stored['machine']})")
         regressions = compare(figures, stored, arguments.margin)
         compared = sum(1 for name in figures if name in stored["figures"])
-        print("\n".join(regressions) if regressions else f"none of the {compared} figures both runs have is more than {arguments.margin:.0%} worse")
+        print(
+            "\n".join(regressions)
+            if regressions
+            else f"none of the {compared} figures both runs have is more than {arguments.margin:.0%} worse"
+        )
     if not arguments.no_store:
         arguments.history.mkdir(parents=True, exist_ok=True)
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         target = arguments.history / f"{date}-{release}.json"
-        payload = {"release": release, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "machine": machine, "figures": figures}
+        payload = {
+            "release": release,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine,
+            "figures": figures,
+        }
         target.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         print(f"stored: {target.relative_to(HERE.parent) if target.is_relative_to(HERE.parent) else target}")
     return 1 if regressions else 0

@@ -50,7 +50,18 @@ def environments_cache(tmp_path_factory, versions) -> str:
             os.environ.pop("LOADGUARD_CACHE")
         else:
             os.environ["LOADGUARD_CACHE"] = previous
-    offline = ("network", "dns", "connect", "resolve", "lookup", "fetch", "request", "unreachable", "timed out", "offline")
+    offline = (
+        "network",
+        "dns",
+        "connect",
+        "resolve",
+        "lookup",
+        "fetch",
+        "request",
+        "unreachable",
+        "timed out",
+        "offline",
+    )
     unreachable = [e for e in created if not e.ok and any(word in e.reason.lower() for word in offline)]
     if unreachable:
         pytest.skip(f"the package index cannot be reached to create the environments: {unreachable[0].reason}")
@@ -71,7 +82,11 @@ def torch_fills_uninitialized():
     output use nothing of loadguard), both restored after."""
     import torch
 
-    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+    previous = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.utils.deterministic.fill_uninitialized_memory,
+    )
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
@@ -125,18 +140,50 @@ def _native_models():
         LlavaForConditionalGeneration,
     )
 
-    llama = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)
+    llama = dict(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    vision = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8
+    )
     torch.manual_seed(0)
     return {
         "llama": (LlamaForCausalLM(LlamaConfig(**llama)), "AutoModelForCausalLM"),
-        "bert": (BertModel(BertConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)), "AutoModel"),
+        "bert": (
+            BertModel(
+                BertConfig(
+                    vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
+                )
+            ),
+            "AutoModel",
+        ),
         "clip": (
-            CLIPModel(CLIPConfig(text_config=dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4), vision_config=vision, projection_dim=16)),
+            CLIPModel(
+                CLIPConfig(
+                    text_config=dict(
+                        vocab_size=100,
+                        hidden_size=32,
+                        intermediate_size=64,
+                        num_hidden_layers=2,
+                        num_attention_heads=4,
+                    ),
+                    vision_config=vision,
+                    projection_dim=16,
+                )
+            ),
             "AutoModel",
         ),
         "llava": (
-            LlavaForConditionalGeneration(LlavaConfig(text_config=LlamaConfig(**llama), vision_config=CLIPVisionConfig(**vision), image_token_index=99)),
+            LlavaForConditionalGeneration(
+                LlavaConfig(
+                    text_config=LlamaConfig(**llama), vision_config=CLIPVisionConfig(**vision), image_token_index=99
+                )
+            ),
             "AutoModelForImageTextToText",
         ),
     }

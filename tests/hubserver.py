@@ -49,13 +49,25 @@ class Repo:
 
     @classmethod
     def from_folder(cls, folder: Path, private: bool = False, gated: bool = False) -> Repo:
-        files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
-        sha = hashlib.sha1("\n".join(f"{k}:{v.stat().st_size}" for k, v in files.items()).encode() + folder.name.encode()).hexdigest()
+        files = {
+            p.relative_to(folder).as_posix(): p
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+        sha = hashlib.sha1(
+            "\n".join(f"{k}:{v.stat().st_size}" for k, v in files.items()).encode() + folder.name.encode()
+        ).hexdigest()
         return cls({sha: files}, {"main": sha}, private, gated)
 
     def add_commit(self, folder: Path, ref: str | None = None) -> str:
-        files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
-        sha = hashlib.sha1(("\n".join(f"{k}:{v.stat().st_size}" for k, v in files.items()) + str(len(self.commits))).encode()).hexdigest()
+        files = {
+            p.relative_to(folder).as_posix(): p
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+        sha = hashlib.sha1(
+            ("\n".join(f"{k}:{v.stat().st_size}" for k, v in files.items()) + str(len(self.commits))).encode()
+        ).hexdigest()
         self.commits[sha] = files
         if ref:
             self.refs[ref] = sha
@@ -105,7 +117,9 @@ class HubServer:
         self.repos = repos
         self.token = token
         self.traffic = Traffic()
-        self.fail: dict[str, list[int]] = defaultdict(list)  # a path (resolve file name or api route) -> statuses to answer first
+        self.fail: dict[str, list[int]] = defaultdict(
+            list
+        )  # a path (resolve file name or api route) -> statuses to answer first
         self.stall: set[str] = set()  # file names whose body stalls
         self._server: ThreadingHTTPServer | None = None
 
@@ -140,7 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing ---------------------------------------------------------------------------------------------------
 
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, count: tuple[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: bytes = b"", headers: dict | None = None, count: tuple[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, str(value))
@@ -164,11 +180,19 @@ class _Handler(BaseHTTPRequestHandler):
         given = self.headers.get("Authorization", "")
         good = self.server_hub.token is not None and given == f"Bearer {self.server_hub.token}"
         if repo.private and not good:
-            self._error(401, "RepoNotFound", f"Repository Not Found for url: {self.path}. Please make sure you specified the correct `repo_id` "
-                        "and `repo_type`. If you are trying to access a private or gated repo, make sure you are authenticated.")
+            self._error(
+                401,
+                "RepoNotFound",
+                f"Repository Not Found for url: {self.path}. Please make sure you specified the correct `repo_id` "
+                "and `repo_type`. If you are trying to access a private or gated repo, make sure you are authenticated.",
+            )
             return False
         if repo.gated and not good:
-            self._error(403, "GatedRepo", f"Access to model {name} is restricted. You must have access to it and be authenticated to access it.")
+            self._error(
+                403,
+                "GatedRepo",
+                f"Access to model {name} is restricted. You must have access to it and be authenticated to access it.",
+            )
             return False
         return True
 
@@ -209,7 +233,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _repo(self, name: str) -> Repo | None:
         repo = self.server_hub.repos.get(name)
         if repo is None:
-            self._error(401 if "Authorization" not in self.headers else 404, "RepoNotFound", f"Repository Not Found for url: {self.path}.")
+            self._error(
+                401 if "Authorization" not in self.headers else 404,
+                "RepoNotFound",
+                f"Repository Not Found for url: {self.path}.",
+            )
         return repo
 
     def _commit(self, name: str, revision: str) -> tuple[Repo, str] | None:
@@ -240,14 +268,30 @@ class _Handler(BaseHTTPRequestHandler):
                 if not rel.startswith(prefix):
                     continue
                 size = local.stat().st_size
-                entry = {"type": "file", "oid": hashlib.sha1(rel.encode() + sha.encode()).hexdigest(), "size": size, "path": rel}
+                entry = {
+                    "type": "file",
+                    "oid": hashlib.sha1(rel.encode() + sha.encode()).hexdigest(),
+                    "size": size,
+                    "path": rel,
+                }
                 if local.suffix in WEIGHTS:
                     entry["lfs"] = {"oid": _oid(local), "size": size, "pointerSize": 134}
                 entries.append(entry)
             self._json(200, entries)
             return
-        self._json(200, {"id": name, "modelId": name, "sha": sha, "private": repo.private, "gated": "auto" if repo.gated else False,
-                         "siblings": [{"rfilename": rel} for rel in files], "tags": [], "lastModified": "2026-12-01T00:00:00.000Z"})
+        self._json(
+            200,
+            {
+                "id": name,
+                "modelId": name,
+                "sha": sha,
+                "private": repo.private,
+                "gated": "auto" if repo.gated else False,
+                "siblings": [{"rfilename": rel} for rel in files],
+                "tags": [],
+                "lastModified": "2026-12-01T00:00:00.000Z",
+            },
+        )
 
     def _resolve(self, name: str, revision: str, file: str) -> None:
         self._record("resolve", f"{name}/{file}")
@@ -265,9 +309,20 @@ class _Handler(BaseHTTPRequestHandler):
         if local.suffix in WEIGHTS:  # an LFS file: a redirect to where its bytes are, as the Hub answers
             oid = _oid(local)
             # another host, as the Hub's CDN is: a client must not send it the token
-            location = f"{self.server_hub.url.replace('127.0.0.1', 'localhost')}/cdn/{oid}?repo={name}&file={file}&sha={sha}"
-            self._send(302, b"", {**common, "Location": location, "X-Linked-Etag": f'"{oid}"', "X-Linked-Size": local.stat().st_size,
-                                  "ETag": f'"{oid}"'})
+            location = (
+                f"{self.server_hub.url.replace('127.0.0.1', 'localhost')}/cdn/{oid}?repo={name}&file={file}&sha={sha}"
+            )
+            self._send(
+                302,
+                b"",
+                {
+                    **common,
+                    "Location": location,
+                    "X-Linked-Etag": f'"{oid}"',
+                    "X-Linked-Size": local.stat().st_size,
+                    "ETag": f'"{oid}"',
+                },
+            )
             return
         self._content(local, file, {**common, "ETag": f'"{hashlib.sha1(local.read_bytes()).hexdigest()}"'})
 
@@ -280,8 +335,15 @@ class _Handler(BaseHTTPRequestHandler):
         if local is None:
             self._error(404, "EntryNotFound", "no such object")
             return
-        self._content(local, file, {"ETag": f'"{_oid(local)}"', "Accept-Ranges": "bytes",
-                                    "Content-Disposition": f'attachment; filename="{Path(file).name}"'})
+        self._content(
+            local,
+            file,
+            {
+                "ETag": f'"{_oid(local)}"',
+                "Accept-Ranges": "bytes",
+                "Content-Disposition": f'attachment; filename="{Path(file).name}"',
+            },
+        )
 
     def _content(self, local: Path, file: str, headers: dict) -> None:
         size = local.stat().st_size
@@ -342,19 +404,43 @@ def sparse_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]
 def seventy_b_shaped(folder: Path) -> int:
     """A Llama-3-70B-shaped repository: its config, index and 30 real-size sparse shards. Returns the weights' size."""
     folder.mkdir()
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
-              "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
-              "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+    }
     (folder / "config.json").write_text(json.dumps(config))
     h, i, kv = 8192, 28672, 1024
-    tensors = {"model.embed_tokens.weight": ("BF16", (128256, h)), "model.norm.weight": ("BF16", (h,)), "lm_head.weight": ("BF16", (128256, h))}
+    tensors = {
+        "model.embed_tokens.weight": ("BF16", (128256, h)),
+        "model.norm.weight": ("BF16", (h,)),
+        "lm_head.weight": ("BF16", (128256, h)),
+    }
     for layer in range(80):
         p = f"model.layers.{layer}."
-        tensors.update({p + "self_attn.q_proj.weight": ("BF16", (h, h)), p + "self_attn.k_proj.weight": ("BF16", (kv, h)),
-                        p + "self_attn.v_proj.weight": ("BF16", (kv, h)), p + "self_attn.o_proj.weight": ("BF16", (h, h)),
-                        p + "mlp.gate_proj.weight": ("BF16", (i, h)), p + "mlp.up_proj.weight": ("BF16", (i, h)),
-                        p + "mlp.down_proj.weight": ("BF16", (h, i)), p + "input_layernorm.weight": ("BF16", (h,)),
-                        p + "post_attention_layernorm.weight": ("BF16", (h,))})
+        tensors.update(
+            {
+                p + "self_attn.q_proj.weight": ("BF16", (h, h)),
+                p + "self_attn.k_proj.weight": ("BF16", (kv, h)),
+                p + "self_attn.v_proj.weight": ("BF16", (kv, h)),
+                p + "self_attn.o_proj.weight": ("BF16", (h, h)),
+                p + "mlp.gate_proj.weight": ("BF16", (i, h)),
+                p + "mlp.up_proj.weight": ("BF16", (i, h)),
+                p + "mlp.down_proj.weight": ("BF16", (h, i)),
+                p + "input_layernorm.weight": ("BF16", (h,)),
+                p + "post_attention_layernorm.weight": ("BF16", (h,)),
+            }
+        )
     names = list(tensors)
     shards = [names[k::30] for k in range(30)]
     weight_map, total = {}, 0
@@ -362,7 +448,9 @@ def seventy_b_shaped(folder: Path) -> int:
         file = f"model-{index + 1:05d}-of-00030.safetensors"
         total += sparse_safetensors(folder / file, {n: tensors[n] for n in shard})
         weight_map.update({n: file for n in shard})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     return total
 
 

@@ -117,7 +117,10 @@ def test_checkpoint_is_found_from_name_or_path_or_given(zoo_folder, tmp_path):
     assert loadguard.audit(model).checkpoint == str(folder)
     assert loadguard.audit(model, folder / "model.safetensors").summary("checkpoint_fidelity").ran
     skipped = loadguard.audit(model, False)
-    assert not skipped.summary("checkpoint_fidelity").ran and "checkpoint=False" in skipped.summary("checkpoint_fidelity").reason
+    assert (
+        not skipped.summary("checkpoint_fidelity").ran
+        and "checkpoint=False" in skipped.summary("checkpoint_fidelity").reason
+    )
     model.config._name_or_path = "someone/remote-model"
     assert not loadguard.audit(model).summary("missing_key").ran
     with pytest.raises(CheckpointError):
@@ -193,16 +196,29 @@ def test_keys_fused_on_load_are_reported_not_skipped(tmp_path):
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(0)
-    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
-                           num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+    )
     model = MixtralForCausalLM(config)
     legacy = {}
     for key, value in model.state_dict().items():
-        base = key.replace(".mlp.experts.gate_up_proj", ".block_sparse_moe.experts").replace(".mlp.experts.down_proj", ".block_sparse_moe.experts")
+        base = key.replace(".mlp.experts.gate_up_proj", ".block_sparse_moe.experts").replace(
+            ".mlp.experts.down_proj", ".block_sparse_moe.experts"
+        )
         if key.endswith("experts.gate_up_proj"):
             for expert in range(value.shape[0]):
                 w1, w3 = value[expert].chunk(2, dim=0)
-                legacy[f"{base}.{expert}.w1.weight"], legacy[f"{base}.{expert}.w3.weight"] = w1.contiguous(), w3.contiguous()
+                legacy[f"{base}.{expert}.w1.weight"], legacy[f"{base}.{expert}.w3.weight"] = (
+                    w1.contiguous(),
+                    w3.contiguous(),
+                )
         elif key.endswith("experts.down_proj"):
             for expert in range(value.shape[0]):
                 legacy[f"{base}.{expert}.w2.weight"] = value[expert].contiguous()
@@ -219,7 +235,10 @@ def test_keys_fused_on_load_are_reported_not_skipped(tmp_path):
     fused = [f for f in report.findings if "several checkpoint keys" in f.detail]
     assert fidelity.checked + len(fused) == len(model.state_dict())
     if IS_V5:
-        assert sorted(f.tensor for f in fused) == ["model.layers.0.mlp.experts.down_proj", "model.layers.0.mlp.experts.gate_up_proj"]
+        assert sorted(f.tensor for f in fused) == [
+            "model.layers.0.mlp.experts.down_proj",
+            "model.layers.0.mlp.experts.gate_up_proj",
+        ]
         assert all(f.status == "unverifiable" for f in fused) and fidelity.unverifiable == 2
 
 
@@ -239,7 +258,9 @@ def test_persistent_buffers_the_checkpoint_holds_are_not_built_for_the_reference
     report = loadguard.audit(model, folder)
     assert asked[-1] == {"persistent_buffers": False}
     # which status (uninitialized or mismatch) depends on what the leftover memory held: the names do not
-    assert {f.tensor for f in report.failures} == ({f.tensor for f in zoo.get("int8_buffers").expected_for(2)} if IS_V5 else set())
+    assert {f.tensor for f in report.failures} == (
+        {f.tensor for f in zoo.get("int8_buffers").expected_for(2)} if IS_V5 else set()
+    )
     tensors = load_file(folder / "model.safetensors")
     del tensors["layers.0.fc_in.weight_scale"]
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})

@@ -100,9 +100,13 @@ def test_bin_is_read_with_weights_only(tmp_path):
 
 def test_key_map_handles_prefix_and_legacy_names(tmp_path):
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    model = BertModel(
+        BertConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    )
     renamed = {
-        ("bert." + k).replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v.contiguous()
+        ("bert." + k)
+        .replace("LayerNorm.weight", "LayerNorm.gamma")
+        .replace("LayerNorm.bias", "LayerNorm.beta"): v.contiguous()
         for k, v in model.state_dict().items()
     }
     renamed["cls.predictions.bias"] = torch.zeros(50)

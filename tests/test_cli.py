@@ -79,11 +79,17 @@ def test_code_written_for_transformers_4_names_its_workaround(run, zoo_folder, n
     assert code == 2 and out == "", err
     assert len(lines) == 2 and lines[0].startswith("Error: the model's own code failed"), err
     assert entry.load_error.split(": ")[0] in lines[0]
-    assert lines[1] == f"Hint: known failure of code written for older transformers/torch: run again with --workaround {entry.needed_workarounds[0]} (or --workaround auto)"
+    assert (
+        lines[1]
+        == f"Hint: known failure of code written for older transformers/torch: run again with --workaround {entry.needed_workarounds[0]} (or --workaround auto)"
+    )
     expected = {f.tensor: f.status for f in entry.expected_for(2)}
     # named: those this transformers makes unnecessary are stale (the model's code uses what they give back)
     named = [(w, "applied" if w in entry.needed_workarounds else "stale") for w in entry.workarounds]
-    for option, outcomes in (([f"--workaround={w}" for w in entry.workarounds], named), (["--workaround", "auto"], [(w, "applied") for w in entry.needed_workarounds])):
+    for option, outcomes in (
+        ([f"--workaround={w}" for w in entry.workarounds], named),
+        (["--workaround", "auto"], [(w, "applied") for w in entry.needed_workarounds]),
+    ):
         code, out, err = run("audit", folder, "--trust-remote-code", *option, "--format", "json")
         document = json.loads(out)
         assert code == (1 if expected else 0), err
@@ -108,9 +114,16 @@ def test_repair_reports_and_never_writes_to_path(run, zoo_folder):
     document = json.loads(out)
     repair = document["repair"]
     assert repair["ok"] is True and document["ok"] is False  # the model as loaded was broken
-    code, out, _ = run("audit", str(folder), "--trust-remote-code", "--repair", "--exit-non-zero-on-repair", "--format", "json")
+    code, out, _ = run(
+        "audit", str(folder), "--trust-remote-code", "--repair", "--exit-non-zero-on-repair", "--format", "json"
+    )
     assert code == 1
-    assert set(repair["repaired"]) == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
+    assert set(repair["repaired"]) == {
+        "positions.table",
+        "positions.index",
+        "layers.0.attn.causal_mask",
+        "layers.1.attn.causal_mask",
+    }
     assert fingerprint(folder) == before
 
 
@@ -129,7 +142,16 @@ def test_human_output_collapses_layers_and_hints(run, zoo_folder):
 def test_no_poison_audits_the_load_as_it_is(run, zoo_folder):
     # without poison the buffer holds whatever memory the allocator handed back: usually garbage, but it
     # can be a freed copy of the right table; the audit must report exactly what is there
-    code, out, _ = run("audit", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto", "--no-poison", "--format", "json")
+    code, out, _ = run(
+        "audit",
+        str(zoo_folder("minicpmv_like")),
+        "--trust-remote-code",
+        "--workaround",
+        "auto",
+        "--no-poison",
+        "--format",
+        "json",
+    )
     tensors = [f["tensor"] for f in json.loads(out)["findings"]]
     assert tensors in ([], ["resampler.pos_embed"]) and code == (1 if tensors else 0)
 
@@ -144,7 +166,10 @@ def bad_inputs(zoo_folder, tmp_path):
     unknown.mkdir()
     (unknown / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     cases["unknown architecture"] = ([str(unknown)], "architecture")
-    cases["untrusted remote code"] = ([str(copy_entry(zoo_folder, "clean", tmp_path))], "configuration_lgtoy.py, modeling_lgtoy.py")
+    cases["untrusted remote code"] = (
+        [str(copy_entry(zoo_folder, "clean", tmp_path))],
+        "configuration_lgtoy.py, modeling_lgtoy.py",
+    )
     cases["import error"] = (
         [str(copy_entry(zoo_folder, "typing_alias", tmp_path)), "--trust-remote-code"],
         "modeling_lgtyping.py, line 14: NameError: name 'List' is not defined",
@@ -158,9 +183,15 @@ def bad_inputs(zoo_folder, tmp_path):
     cases["truncated safetensors"] = ([str(truncated), "--trust-remote-code"], "is truncated")
     sharded = copy_entry(zoo_folder, "sharded", tmp_path)
     (sharded / "model-00002-of-00003.safetensors").unlink()
-    cases["missing shard"] = ([str(sharded), "--trust-remote-code"], "names shard model-00002-of-00003.safetensors, which is missing")
+    cases["missing shard"] = (
+        [str(sharded), "--trust-remote-code"],
+        "names shard model-00002-of-00003.safetensors, which is missing",
+    )
     cases["hub id offline"] = (["someone/some-model"], "cannot be reached")
-    cases["cuda without gpu"] = ([str(zoo_folder("clean")), "--trust-remote-code", "--device", "cuda"], "no usable CUDA GPU")
+    cases["cuda without gpu"] = (
+        [str(zoo_folder("clean")), "--trust-remote-code", "--device", "cuda"],
+        "no usable CUDA GPU",
+    )
     cases["bad dtype"] = ([str(zoo_folder("clean")), "--trust-remote-code", "--dtype", "float8"], "not a dtype")
     return cases
 
@@ -214,7 +245,10 @@ def test_demo_tells_the_story(run):
     assert "as loaded: 4 of 4 outputs wrong; repaired: equal to the fixed model: True" in out
     entry = zoo.get("minicpmv_like")  # what its v4-era code meets first depends on the versions installed
     assert entry.load_error in out
-    assert f"Hint: known failure of code written for older transformers/torch: run again with --workaround {entry.needed_workarounds[0]}" in out
+    assert (
+        f"Hint: known failure of code written for older transformers/torch: run again with --workaround {entry.needed_workarounds[0]}"
+        in out
+    )
     for name in entry.needed_workarounds:
         assert f"workaround {name}: applied (auto: the load failed with" in out
     assert 'loadguard.load("AutoModelForCausalLM", path, trust_remote_code=True, workarounds="auto")' in out
@@ -224,7 +258,9 @@ def test_demo_tells_the_story(run):
 
 @needs_v5
 def test_demo_with_a_plain_load(run):
-    code, out, err = run("demo", "--no-poison")  # whatever memory the load left: the repair must still match the fixed model
+    code, out, err = run(
+        "demo", "--no-poison"
+    )  # whatever memory the load left: the repair must still match the fixed model
     assert code == 0, err
     assert "repaired: resampler.pos_embed; re-audit: clean" in out or "audit clean" in out
     assert "repaired: equal to the fixed model: True" in out
@@ -237,7 +273,9 @@ def test_env_measures_the_installed_transformers(run):
     test = document["self_test"]
     assert test["ran"] and test["preserves_non_persistent_buffers"] is (not IS_V5)
     code, out, _ = run("env")
-    assert "- torch: " in out and "non-persistent buffers survive from_pretrained: " + ("NO" if IS_V5 else "yes") in out
+    assert (
+        "- torch: " in out and "non-persistent buffers survive from_pretrained: " + ("NO" if IS_V5 else "yes") in out
+    )
 
 
 def test_env_works_without_an_optional_dependency(tmp_path):
@@ -270,22 +308,36 @@ def test_compare_shows_the_divergence_and_repair_agrees(run, zoo_folder):
     assert all(a["text"] == "!!!!!!!!" and len(a["ids"]) == 8 for a in document["a"])
     assert all(len(b["ids"]) == 8 and "!" not in b["text"] for b in document["b"])
     code, out, _ = run("compare", folder, "--trust-remote-code", "--workaround", "auto", "--repair")
-    assert code == 0 and "agree (check_logprobs_close)" in out and "repaired before generating: resampler.pos_embed" in out
-    code, out, _ = run("compare", folder, "--trust-remote-code", "--workaround", "auto", "--repair", "--exit-non-zero-on-repair")
+    assert (
+        code == 0
+        and "agree (check_logprobs_close)" in out
+        and "repaired before generating: resampler.pos_embed" in out
+    )
+    code, out, _ = run(
+        "compare", folder, "--trust-remote-code", "--workaround", "auto", "--repair", "--exit-non-zero-on-repair"
+    )
     assert code == 1 and "agree (check_logprobs_close)" in out  # a repair was needed: the gate fails
 
 
 def test_compare_clean_text_model_with_prompts(run, zoo_folder):
-    code, out, _ = run("compare", str(zoo_folder("clean")), "--trust-remote-code", "--prompt", "what do you see ?", "--format", "json")
+    code, out, _ = run(
+        "compare", str(zoo_folder("clean")), "--trust-remote-code", "--prompt", "what do you see ?", "--format", "json"
+    )
     document = json.loads(out)
     assert code == 0 and document["prompts"] == ["what do you see ?"] and document["a"] == document["b"]
 
 
 @needs_v5
 def test_trace_command(run, zoo_folder):
-    code, out, _ = run("trace", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto", "--format", "json")
+    code, out, _ = run(
+        "trace", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto", "--format", "json"
+    )
     document = json.loads(out)
-    assert code == 1 and document["module"] == "resampler.attn" and document["non_finite_tensors"] == ["resampler.pos_embed"]
+    assert (
+        code == 1
+        and document["module"] == "resampler.attn"
+        and document["non_finite_tensors"] == ["resampler.pos_embed"]
+    )
     code, out, _ = run("trace", str(zoo_folder("minicpmv_like_fixed")), "--trust-remote-code", "--workaround", "auto")
     assert code == 0 and "stayed finite" in out
 
@@ -297,7 +349,9 @@ def _kernels_by_default() -> bool:
     return Version(TRANSFORMERS_VERSION) >= Version("5.25.0")
 
 
-@pytest.mark.skipif(not _kernels_by_default(), reason=f"transformers {TRANSFORMERS_VERSION} does not kernelize by default")
+@pytest.mark.skipif(
+    not _kernels_by_default(), reason=f"transformers {TRANSFORMERS_VERSION} does not kernelize by default"
+)
 def test_missing_kernels_package_is_an_error_with_the_ways_out(run, zoo_folder, monkeypatch):
     import transformers.modeling_utils
 
@@ -305,9 +359,13 @@ def test_missing_kernels_package_is_an_error_with_the_ways_out(run, zoo_folder, 
     code, out, err = run("audit", str(zoo_folder("clean")), "--trust-remote-code")
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("Loading ")]
     assert code == 2 and out == "" and len(lines) == 2, err
-    assert lines[0].startswith(f"Error: transformers {TRANSFORMERS_VERSION} loads with hub kernels by default and the kernels package is missing")
+    assert lines[0].startswith(
+        f"Error: transformers {TRANSFORMERS_VERSION} loads with hub kernels by default and the kernels package is missing"
+    )
     assert "pip install 'kernels" in lines[1] and "USE_HUB_KERNELS=NO" in lines[1] and "use_kernels=False" in lines[1]
-    code, out, err = run("audit", str(zoo_folder("clean")), "--trust-remote-code", env={"USE_HUB_KERNELS": "NO"})  # the way out it names
+    code, out, err = run(
+        "audit", str(zoo_folder("clean")), "--trust-remote-code", env={"USE_HUB_KERNELS": "NO"}
+    )  # the way out it names
     assert code == 0, err
     # a scan never kernelizes (kernels swap layers' code, never tensors, and refuse the meta device), and says so
     code, out, err = run("scan", str(zoo_folder("np_buffer")), "--trust-remote-code", "--format", "json")
@@ -328,11 +386,17 @@ def test_untied_v4_list_ties_fail_and_repair_reties_them(run, zoo_folder):
     code, out, err = run("audit", folder, "--trust-remote-code", "--repair", "--format", "json")
     document = json.loads(out)
     tied = {f["tensor"]: (f["check"], f["status"]) for f in document["findings"] if f["check"] == "tied_weights"}
-    assert code == 0 and tied == {name: ("tied_weights", "mismatch") for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")}
-    assert "declared tied to shared.weight (v4 list)" in next(f["detail"] for f in document["findings"] if f["check"] == "tied_weights")
+    assert code == 0 and tied == {
+        name: ("tied_weights", "mismatch") for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+    }
+    assert "declared tied to shared.weight (v4 list)" in next(
+        f["detail"] for f in document["findings"] if f["check"] == "tied_weights"
+    )
     assert document["repair"]["ok"] is True
     model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True)
-    assert model.encoder.embed_tokens.weight is model.shared.weight is model.decoder.embed_tokens.weight  # the same tensor again
+    assert (
+        model.encoder.embed_tokens.weight is model.shared.weight is model.decoder.embed_tokens.weight
+    )  # the same tensor again
     ids = torch.tensor([[3, 5, 7, 9, 11]])
     assert torch.equal(model(ids).logits, zoo.build_model("v4_tied_list")(ids).logits)
 
@@ -346,9 +410,16 @@ def test_machine_output_stays_machine_output_when_model_code_prints(zoo_folder, 
     folder = tmp_path / "chatty"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
-    modeling.write_text(modeling.read_text() + '\nprint("loading the chatty model")\nimport os\nos.write(1, b"raw bytes on fd 1\\n")\n')
-    for command in (["audit", str(folder), "--trust-remote-code", "--format", "json"], ["scan", str(folder), "--trust-remote-code", "--format", "json"]):
-        result = subprocess.run([sys.executable, "-m", "loadguard", *command], capture_output=True, text=True, timeout=300)
+    modeling.write_text(
+        modeling.read_text() + '\nprint("loading the chatty model")\nimport os\nos.write(1, b"raw bytes on fd 1\\n")\n'
+    )
+    for command in (
+        ["audit", str(folder), "--trust-remote-code", "--format", "json"],
+        ["scan", str(folder), "--trust-remote-code", "--format", "json"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "loadguard", *command], capture_output=True, text=True, timeout=300
+        )
         assert result.returncode in (0, 1), result.stderr
         json.loads(result.stdout)  # nothing but the document
         assert "loading the chatty model" in result.stderr and "raw bytes on fd 1" in result.stderr
@@ -361,15 +432,22 @@ def test_an_auto_map_naming_only_a_removed_auto_class(run, zoo_folder, tmp_path)
     folder = tmp_path / "vision2seq"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     config = json.loads((folder / "config.json").read_text())
-    config["auto_map"] = {"AutoConfig": config["auto_map"]["AutoConfig"], "AutoModelForVision2Seq": config["auto_map"]["AutoModelForCausalLM"]}
+    config["auto_map"] = {
+        "AutoConfig": config["auto_map"]["AutoConfig"],
+        "AutoModelForVision2Seq": config["auto_map"]["AutoModelForCausalLM"],
+    }
     (folder / "config.json").write_text(json.dumps(config))
     code, out, err = run("audit", str(folder), "--trust-remote-code")
     assert code == 2 and "auto_map names only auto classes this transformers removed (AutoModelForVision2Seq)" in err
     assert "--workaround v4-removed-auto-classes" in err
     code, out, err = run("audit", str(folder), "--trust-remote-code", "--workaround", "auto", "--format", "json")
     document = json.loads(out)
-    assert code == 1 and {w["name"]: w["status"] for w in document["workarounds"]} == {"v4-removed-auto-classes": "applied"}
-    assert sorted(f["tensor"] for f in document["findings"] if f["status"] == "uninitialized") == sorted(f.tensor for f in zoo.get("np_buffer").expected_for(2))
+    assert code == 1 and {w["name"]: w["status"] for w in document["workarounds"]} == {
+        "v4-removed-auto-classes": "applied"
+    }
+    assert sorted(f["tensor"] for f in document["findings"] if f["status"] == "uninitialized") == sorted(
+        f.tensor for f in zoo.get("np_buffer").expected_for(2)
+    )
     code, out, err = run("scan", str(folder), "--trust-remote-code", "--workaround", "auto", "--format", "json")
     assert code == 1 and json.loads(out)["scanned"]
 
@@ -408,8 +486,20 @@ def test_transformers_warnings_are_kept_back_unless_verbose(run, zoo_folder):
     assert "warning(s) from transformers or the model's code not shown: --verbose shows them" in err
     # pytest shows no Python warning on stderr itself: a real process does
     shown = subprocess.run(
-        [sys.executable, "-m", "loadguard", "audit", folder, "--trust-remote-code", "--workaround", "auto", "--verbose"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "loadguard",
+            "audit",
+            folder,
+            "--trust-remote-code",
+            "--workaround",
+            "auto",
+            "--verbose",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert shown.returncode == 1
     assert "FutureWarning: `rope_scaling` is deprecated" in shown.stderr and "not shown" not in shown.stderr
@@ -419,10 +509,15 @@ def test_transformers_warnings_are_kept_back_unless_verbose(run, zoo_folder):
 def test_a_finding_a_warning_explains_quotes_it(run, zoo_folder):
     code, out, _ = run("audit", str(zoo_folder("missing_key")), "--trust-remote-code", "--format", "json")
     (finding,) = [f for f in json.loads(out)["findings"] if f["tensor"] == "logit_scale"]
-    assert "transformers said: logit_scale MISSING: those params were newly initialized because missing from the checkpoint" in finding["detail"]
+    assert (
+        "transformers said: logit_scale MISSING: those params were newly initialized because missing from the checkpoint"
+        in finding["detail"]
+    )
     code, out, _ = run("audit", str(zoo_folder("np_buffer_in_checkpoint")), "--trust-remote-code", "--format", "json")
     mask = next(f for f in json.loads(out)["findings"] if f["tensor"] == "layers.1.attn.causal_mask")
-    assert "transformers said: layers.{0, 1}.attn.causal_mask UNEXPECTED" in mask["detail"]  # its folded name, unfolded to match
+    assert (
+        "transformers said: layers.{0, 1}.attn.causal_mask UNEXPECTED" in mask["detail"]
+    )  # its folded name, unfolded to match
 
 
 def test_explaining_matches_whole_names_only():
@@ -443,7 +538,9 @@ def test_tables_keep_one_row_a_line_in_a_log(run, zoo_folder):
     assert "tied_weights" in row and "mismatch" in row and row.rstrip().endswith("│")
     (detail,) = [line for line in out.splitlines() if line.startswith("decoder.embed_tokens.weight:")]
     assert "never tied)" in detail  # one line, however long
-    assert all(line.startswith(("┏", "┃", "┡", "│", "└")) for line in out.split("\n┏", 1)[-1].split("┘")[0].splitlines()[1:])
+    assert all(
+        line.startswith(("┏", "┃", "┡", "│", "└")) for line in out.split("\n┏", 1)[-1].split("┘")[0].splitlines()[1:]
+    )
 
 
 def test_global_options_are_accepted_anywhere_before_the_double_dash():
@@ -465,18 +562,42 @@ def test_quiet_keeps_only_results_errors_and_hints(run, zoo_folder):
 
 def test_from_files_take_comments_and_blank_lines(run, zoo_folder, tmp_path):
     listing = tmp_path / "models.txt"
-    listing.write_text(f"# the models we cover\n\n{zoo_folder('clean')}   # the clean one\n\t\n{zoo_folder('declined_tie')}\n")
+    listing.write_text(
+        f"# the models we cover\n\n{zoo_folder('clean')}   # the clean one\n\t\n{zoo_folder('declined_tie')}\n"
+    )
     code, out, _ = run("scan", "--from", str(listing), "--trust-remote-code", "--format", "json")
-    assert code == 0 and [json.loads(line)["model"] for line in out.splitlines()] == [str(zoo_folder("clean")), str(zoo_folder("declined_tie"))]
+    assert code == 0 and [json.loads(line)["model"] for line in out.splitlines()] == [
+        str(zoo_folder("clean")),
+        str(zoo_folder("declined_tie")),
+    ]
 
 
 def test_color_never_and_no_color_print_no_escape_codes(tmp_path):
     env = {**os.environ, "FORCE_COLOR": "1"}
     import re
 
-    done = subprocess.run([sys.executable, "-m", "loadguard", "zoo", "list", "--color", "never"], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadguard", "zoo", "list", "--color", "never"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0 and "\x1b[" not in done.stdout  # no escape code at all
-    done = subprocess.run([sys.executable, "-m", "loadguard", "zoo", "list"], capture_output=True, text=True, env={**env, "NO_COLOR": "1"}, timeout=120)
-    assert done.returncode == 0 and not re.search(r"\x1b\[(?:3|9)\d", done.stdout)  # NO_COLOR: no color (bold may stay, as its spec says)
-    done = subprocess.run([sys.executable, "-m", "loadguard", "--color", "always", "zoo", "list"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadguard", "zoo", "list"],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_COLOR": "1"},
+        timeout=120,
+    )
+    assert done.returncode == 0 and not re.search(
+        r"\x1b\[(?:3|9)\d", done.stdout
+    )  # NO_COLOR: no color (bold may stay, as its spec says)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadguard", "--color", "always", "zoo", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "\x1b[" in done.stdout

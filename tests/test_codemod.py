@@ -87,16 +87,21 @@ def test_a_buffer_made_by_a_helper_is_made_again_by_calling_it_on_the_loaded_dev
     branch = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=False)
     assert (branch.cls, branch.statements) == ("Pos", ("module._set_cache(module.size, device=module.cache.device)",))
     on_meta = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=True)
-    assert on_meta.statements == ("module._set_cache(module.size)",)  # the device of a meta tensor is no place to put it
+    assert on_meta.statements == (
+        "module._set_cache(module.size)",
+    )  # the device of a meta tensor is no place to put it
 
 
-@pytest.mark.parametrize(("needle", "attribute", "reason"), [
-    ('f"loop{i}"', "loop0", "loop"),
-    ("self.dim = config.head_dim", "inv_freq", "neither registers nor assigns"),
-    ("std = 0.02", "std", "MyPreTrained has no __init__"),
-    ('"noise"', "noise", "drawn from random numbers"),
-    ("import math", "math", "not in a method"),
-])
+@pytest.mark.parametrize(
+    ("needle", "attribute", "reason"),
+    [
+        ('f"loop{i}"', "loop0", "loop"),
+        ("self.dim = config.head_dim", "inv_freq", "neither registers nor assigns"),
+        ("std = 0.02", "std", "MyPreTrained has no __init__"),
+        ('"noise"', "noise", "drawn from random numbers"),
+        ("import math", "math", "not in a method"),
+    ],
+)
 def test_what_cannot_be_recomputed_mechanically_is_refused_with_the_reason(needle, attribute, reason):
     with pytest.raises(_codemod.Refused, match=reason):
         _codemod.recompute(SOURCE, _line(needle), attribute, "buffer", on_meta=False)
@@ -124,32 +129,49 @@ def test_branches_go_first_in_init_weights_and_nothing_else_changes():
 def test_a_class_without_init_weights_gets_one_that_calls_its_parent():
     branch = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=True)
     patched = _codemod_write.add_branches(SOURCE, "Rotary", [branch])
-    assert "    def _init_weights(self, module):\n        super()._init_weights(module)\n        if isinstance(module, Pos):" in patched
+    assert (
+        "    def _init_weights(self, module):\n        super()._init_weights(module)\n        if isinstance(module, Pos):"
+        in patched
+    )
     compile(patched, "patched.py", "exec")
 
 
 def test_overwriting_writes_are_guarded_by_the_loaded_flag_and_guarded_init_calls_left_alone():
     patched, guarded = _codemod_write.guard_writes(SOURCE, "MyPreTrained")
-    assert guarded == 2  # .data.normal_ and trunc_normal_ imported by name; nn.init.zeros_ is guarded by transformers 5
-    assert "            if not getattr(module.weight, '_is_hf_initialized', False):\n                module.weight.data.normal_(mean=0.0,   std=std)" in patched
-    assert "        if not getattr(module.weight, '_is_hf_initialized', False):\n            trunc_normal_(module.weight, std=std)" in patched
+    assert (
+        guarded == 2
+    )  # .data.normal_ and trunc_normal_ imported by name; nn.init.zeros_ is guarded by transformers 5
+    assert (
+        "            if not getattr(module.weight, '_is_hf_initialized', False):\n                module.weight.data.normal_(mean=0.0,   std=std)"
+        in patched
+    )
+    assert (
+        "        if not getattr(module.weight, '_is_hf_initialized', False):\n            trunc_normal_(module.weight, std=std)"
+        in patched
+    )
     assert "\n            nn.init.zeros_(module.bias)\n" in patched
     compile(patched, "patched.py", "exec")
 
 
 def test_imports_are_added_once_after_the_last_import():
-    patched = _codemod_write.ensure_imports(SOURCE, ["import torch", "from .other import Thing", "from .other import Thing"])
+    patched = _codemod_write.ensure_imports(
+        SOURCE, ["import torch", "from .other import Thing", "from .other import Thing"]
+    )
     lines = patched.splitlines()
     assert lines.count("from .other import Thing") == 1 and lines.count("import torch") == 1
     assert lines.index("from .other import Thing") == lines.index("from torch.nn.init import trunc_normal_") + 1
 
 
 def test_every_built_in_workaround_declares_its_source_fix_or_why_it_has_none():
-    undeclared = [w.name for w in all_workarounds() if not (callable(w.source_fix) or (isinstance(w.source_fix, str) and w.source_fix.strip()))]
+    undeclared = [
+        w.name
+        for w in all_workarounds()
+        if not (callable(w.source_fix) or (isinstance(w.source_fix, str) and w.source_fix.strip()))
+    ]
     assert undeclared == []
 
 
-V4 = textwrap.dedent('''\
+V4 = textwrap.dedent("""\
     from torch.nn.functional import *
     from transformers.utils import is_torch_fx_available, logging
     from transformers.models.llama.modeling_llama import LlamaAttention, LlamaFlashAttention2
@@ -170,16 +192,26 @@ V4 = textwrap.dedent('''\
     def size(self):
         self.config.max_length = 3
         return self.config.max_length + config.pad_token_id
-    ''')
+    """)
 
 
 def test_workaround_source_fixes_edit_what_the_workaround_stood_in_for():
-    sources = {"modeling_x.py": V4, "config.json": json.dumps({"auto_map": {"AutoModelForVision2Seq": "modeling_x.X", "AutoConfig": "c.C"}})}
-    typing = next(w for w in all_workarounds() if w.name == "remote-code-typing-aliases").source_fix(sources, {}, None)[0]
+    sources = {
+        "modeling_x.py": V4,
+        "config.json": json.dumps({"auto_map": {"AutoModelForVision2Seq": "modeling_x.X", "AutoConfig": "c.C"}}),
+    }
+    typing = next(w for w in all_workarounds() if w.name == "remote-code-typing-aliases").source_fix(
+        sources, {}, None
+    )[0]
     assert "from typing import List, Optional" in typing["modeling_x.py"]
-    fx = _source_fixes.fallback_import(sources, "is_torch_fx_available", ("transformers.utils",), "def is_torch_fx_available():\n    return True")[0]["modeling_x.py"]
+    fx = _source_fixes.fallback_import(
+        sources, "is_torch_fx_available", ("transformers.utils",), "def is_torch_fx_available():\n    return True"
+    )[0]["modeling_x.py"]
     assert "from transformers.utils import logging\n" in fx
-    assert "try:\n    from transformers.utils import is_torch_fx_available\nexcept ImportError:  # removed in transformers 5\n    def is_torch_fx_available():\n        return True\n" in fx
+    assert (
+        "try:\n    from transformers.utils import is_torch_fx_available\nexcept ImportError:  # removed in transformers 5\n    def is_torch_fx_available():\n        return True\n"
+        in fx
+    )
     llama = _source_fixes.llama_attention_imports(sources)[0]["modeling_x.py"]
     assert "import LlamaAttention, LlamaAttention as LlamaFlashAttention2" in llama
     validate = _source_fixes.accepting(sources, "validate", "")[0]["modeling_x.py"]
@@ -187,7 +219,11 @@ def test_workaround_source_fixes_edit_what_the_workaround_stood_in_for():
     reads = _source_fixes.read_with_defaults(sources, {"max_length": 20, "pad_token_id": None})[0]["modeling_x.py"]
     assert "self.config.max_length = 3" in reads  # an assignment stays
     assert "return getattr(self.config, 'max_length', 20) + getattr(config, 'pad_token_id', None)" in reads
-    auto = json.loads(_source_fixes.renamed_auto_map(sources, {"AutoModelForVision2Seq": "AutoModelForImageTextToText"})[0]["config.json"])
+    auto = json.loads(
+        _source_fixes.renamed_auto_map(sources, {"AutoModelForVision2Seq": "AutoModelForImageTextToText"})[0][
+            "config.json"
+        ]
+    )
     assert list(auto["auto_map"]) == ["AutoModelForImageTextToText", "AutoConfig"]
     for text in (typing["modeling_x.py"], fx, llama, validate, reads):
         compile(text, "x.py", "exec")
@@ -195,7 +231,7 @@ def test_workaround_source_fixes_edit_what_the_workaround_stood_in_for():
 
 def test_a_helper_a_subclass_overrides_is_called_as_the_base_init_calls_it():
     """DeepSeek-style YaRN rotary: the subclass overrides the cache helper, the base __init__ calls it."""
-    source = textwrap.dedent('''\
+    source = textwrap.dedent("""\
         import torch
         from torch import nn
 
@@ -218,8 +254,11 @@ def test_a_helper_a_subclass_overrides_is_called_as_the_base_init_calls_it():
 
             def _set_cache(self, seq_len, device):
                 self.register_buffer("cache", torch.ones(seq_len, device=device) * self.factor, persistent=False)
-        ''')
+        """)
     line = next(i + 1 for i, text in enumerate(source.splitlines()) if "* self.factor" in text)
     branch = _codemod.recompute(source, line, "cache", "buffer", on_meta=False)
     # the helper registers a new tensor: made where the loaded one is (a model on a GPU keeps it there)
-    assert (branch.cls, branch.statements) == ("Yarn", ("module._set_cache(seq_len=module.max_positions, device=module.cache.device)",))
+    assert (branch.cls, branch.statements) == (
+        "Yarn",
+        ("module._set_cache(seq_len=module.max_positions, device=module.cache.device)",),
+    )

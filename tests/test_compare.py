@@ -31,10 +31,14 @@ STEPS = [lp(t1=-0.1, t2=-2.5), lp(t2=-0.2, t3=-1.9), lp(t3=-0.3, t4=-1.4), lp(t4
 
 
 def test_outputs_equal_passes_and_fails_with_a_diff():
-    result = check_outputs_equal(outputs_0_lst=[([1, 2, 3], "a b c")], outputs_1_lst=[([1, 2, 3], "a b c")], name_0="hf", name_1="engine")
+    result = check_outputs_equal(
+        outputs_0_lst=[([1, 2, 3], "a b c")], outputs_1_lst=[([1, 2, 3], "a b c")], name_0="hf", name_1="engine"
+    )
     assert result.ok and result.prompts[0].matched_prefix == 3 and result.prompts[0].divergence is None
     with pytest.raises(AssertionError) as info:
-        check_outputs_equal(outputs_0_lst=[([1, 2, 3], "a b c")], outputs_1_lst=[([1, 2, 4], "a b d")], name_0="hf", name_1="engine")
+        check_outputs_equal(
+            outputs_0_lst=[([1, 2, 3], "a b c")], outputs_1_lst=[([1, 2, 4], "a b d")], name_0="hf", name_1="engine"
+        )
     assert "Test0: outputs differ at token 2 (matched 2 tokens)" in str(info.value)
     assert "hf: ids [1, 2, [3]]" in str(info.value) and "engine: ids [1, 2, [4]]" in str(info.value)
 

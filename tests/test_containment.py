@@ -25,7 +25,9 @@ from loadguard.cli.scan import memory_limit, scan_fleet
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, run_cli
 
-needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads these models right: no finding to carry")
+needs_v5 = pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads these models right: no finding to carry"
+)
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="process containment is proven with /proc (Linux)")
 OPTIONS = {"trust_remote_code": True, "keys": "auto", "workarounds": [], "placement": {}}
@@ -70,10 +72,14 @@ def _none_alive(pids: list[int], within: float = 5.0) -> list[int]:
     return [pid for pid in pids if _alive(pid)]
 
 
-def _stopped(command: list[str], pid_dir: Path, count: int, number: int, env: dict | None = None, ready=None) -> tuple[int, str, list[int]]:
+def _stopped(
+    command: list[str], pid_dir: Path, count: int, number: int, env: dict | None = None, ready=None
+) -> tuple[int, str, list[int]]:
     """``command`` in a session of its own, sent ``number`` once the model's code wrote ``count`` pids into ``pid_dir``
     (and ``ready()`` holds): its exit status, its stderr and those pids."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
+    )
     try:
         pids = _pids(pid_dir, count)
         if ready is not None:
@@ -107,7 +113,15 @@ time.sleep(600)
 
 @linux
 @pytest.mark.skipif(not _forks.available(), reason="needs os.fork")
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", pytest.param("SIGHUP", marks=pytest.mark.slow), pytest.param("SIGINT", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "SIGTERM",
+        "SIGKILL",
+        pytest.param("SIGHUP", marks=pytest.mark.slow),
+        pytest.param("SIGINT", marks=pytest.mark.slow),
+    ],
+)
 def test_no_process_outlives_a_run_whatever_ends_it(zoo_folder, tmp_path, how):
     """A scan whose model forked a descendant (its own session) and hangs: the run is ended by a signal; 5 s later
     nothing it started runs (SIGKILL: the children notice their parent is gone)."""
@@ -116,7 +130,13 @@ def test_no_process_outlives_a_run_whatever_ends_it(zoo_folder, tmp_path, how):
     pid_dir.mkdir()
     env = {**os.environ, "LG_PID_DIR": str(pid_dir), "PYTHONUNBUFFERED": "1"}
     number = getattr(signal, how)
-    code, err, pids = _stopped([sys.executable, "-m", "loadguard", "scan", folder, "--trust-remote-code", "--timeout", "300"], pid_dir, 2, number, env)
+    code, err, pids = _stopped(
+        [sys.executable, "-m", "loadguard", "scan", folder, "--trust-remote-code", "--timeout", "300"],
+        pid_dir,
+        2,
+        number,
+        env,
+    )
     assert _none_alive(pids) == [], f"alive 5 s after {how}: {pids}"
     if how in ("SIGTERM", "SIGHUP"):  # ends by the very signal, after saying so
         assert code == -number and f"stopped by {how}" in err
@@ -128,11 +148,22 @@ def test_no_process_outlives_a_run_whatever_ends_it(zoo_folder, tmp_path, how):
 @pytest.mark.skipif(not _forks.available(), reason="needs os.fork")
 def test_a_fleet_stopped_by_sigterm_leaves_nothing(zoo_folder, tmp_path):
     first = _with_code(zoo_folder, tmp_path, "fleet_a", FORK_AND_HANG)
-    second = _with_code(zoo_folder, tmp_path, "fleet_b", FORK_AND_HANG.replace('"grandchild"', '"grandchild_b"').replace('"child"', '"child_b"'))
+    second = _with_code(
+        zoo_folder,
+        tmp_path,
+        "fleet_b",
+        FORK_AND_HANG.replace('"grandchild"', '"grandchild_b"').replace('"child"', '"child_b"'),
+    )
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     env = {**os.environ, "LG_PID_DIR": str(pid_dir)}
-    code, _, pids = _stopped([sys.executable, "-m", "loadguard", "scan", first, second, "--trust-remote-code", "--jobs", "2"], pid_dir, 4, signal.SIGTERM, env)
+    code, _, pids = _stopped(
+        [sys.executable, "-m", "loadguard", "scan", first, second, "--trust-remote-code", "--jobs", "2"],
+        pid_dir,
+        4,
+        signal.SIGTERM,
+        env,
+    )
     assert code == -signal.SIGTERM
     assert _none_alive(pids) == []
 
@@ -145,7 +176,7 @@ def test_what_a_models_code_leaves_running_is_killed_and_its_row_says_so(zoo_fol
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     monkeypatch.setenv("LG_PID_DIR", str(pid_dir))
-    lingers = _with_code(zoo_folder, tmp_path, "lingers", FORK_AND_HANG.rsplit("_write(\"child\")", 1)[0])
+    lingers = _with_code(zoo_folder, tmp_path, "lingers", FORK_AND_HANG.rsplit('_write("child")', 1)[0])
     copies = _with_code(zoo_folder, tmp_path, "copies", "import os\n_COPY = os.fork()")
     start = time.monotonic()
     rows = scan_fleet([lingers, copies], OPTIONS, jobs=1, timeout=120)
@@ -180,7 +211,9 @@ def test_the_pool_child_dies_with_its_parent():
         "    time.sleep(600)\n"
         "_forks.run(work, [None])\n"
     )
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     child = int(process.stdout.readline())
     assert _alive(child)
     process.kill()
@@ -208,7 +241,10 @@ def test_a_hostile_folder_name_reaches_no_output_raw(zoo_folder, tmp_path, capsy
     _clean_lines(out + err)
     folder = tmp_path / ("n" + HOSTILE)
     shutil.copytree(zoo_folder("np_buffer"), folder)
-    for args in (["scan", str(folder), "--trust-remote-code"], ["scan", str(folder), str(folder), "--trust-remote-code"]):
+    for args in (
+        ["scan", str(folder), "--trust-remote-code"],
+        ["scan", str(folder), str(folder), "--trust-remote-code"],
+    ):
         code, out, err = run_cli(capsys, *args)
         assert code == 1, err
         _clean_lines(out + err)
@@ -218,7 +254,9 @@ def test_a_hostile_folder_name_reaches_no_output_raw(zoo_folder, tmp_path, capsy
 def test_a_config_value_with_escapes_reaches_stderr_escaped(tmp_path, capsys):
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "lg\x1b]0;title\x07\x1b[2Jtype", "architectures": ["X"]}))
+    (folder / "config.json").write_text(
+        json.dumps({"model_type": "lg\x1b]0;title\x07\x1b[2Jtype", "architectures": ["X"]})
+    )
     code, out, err = run_cli(capsys, "audit", str(folder))
     assert code == 2
     _clean_lines(out + err)
@@ -249,6 +287,7 @@ def test_every_text_through_the_console_is_one_line_without_controls(text):
 
 # -- model code that moves the ground ----------------------------------------------------------------------------------
 
+
 @needs_v5
 def test_model_code_that_changes_directory_moves_no_output(zoo_folder, tmp_path, capsys, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
@@ -258,17 +297,22 @@ def test_model_code_that_changes_directory_moves_no_output(zoo_folder, tmp_path,
     home.mkdir()
     monkeypatch.chdir(home)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", "summary.md")
-    code, out, err = run_cli(capsys, "audit", moved, "--trust-remote-code", "--reproducer", "repro", "--format", "github")
+    code, out, err = run_cli(
+        capsys, "audit", moved, "--trust-remote-code", "--reproducer", "repro", "--format", "github"
+    )
     assert code == 1, err
     assert os.getcwd() == str(home)  # back where the user was before anything was written
     assert (home / "repro").is_dir() and "positions.index" in (home / "summary.md").read_text()
-    code, out, err = run_cli(capsys, "audit", moved, "--trust-remote-code", "--baseline", "base.json", "--write-baseline")
+    code, out, err = run_cli(
+        capsys, "audit", moved, "--trust-remote-code", "--baseline", "base.json", "--write-baseline"
+    )
     assert code == 0, err
     assert (home / "base.json").is_file()
     assert sorted(p.name for p in elsewhere.iterdir()) == []
 
 
 # -- files that are not what they seem ---------------------------------------------------------------------------------
+
 
 def _linked_checkpoint(zoo_folder, tmp_path) -> tuple[Path, Path]:
     secret = tmp_path / "secret.txt"
@@ -291,7 +335,9 @@ def test_a_checkpoint_linked_to_a_secret_prints_none_of_its_bytes(zoo_folder, tm
 def test_the_weightless_scan_refuses_links_leaving_the_folder_unless_told(zoo_folder, tmp_path, capsys):
     folder, secret = _linked_checkpoint(zoo_folder, tmp_path)
     code, out, err = run_cli(capsys, "scan", str(folder), "--trust-remote-code")
-    assert code == 2 and f"is a link to {secret}, outside the model's folder: refused" in err and "--follow-links" in err
+    assert (
+        code == 2 and f"is a link to {secret}, outside the model's folder: refused" in err and "--follow-links" in err
+    )
     code, out, err = run_cli(capsys, "scan", str(folder), "--trust-remote-code", "--follow-links")
     assert code == 2 and "is not a readable safetensors file" in err and "refused" not in err
     assert str(int.from_bytes(secret.read_bytes()[:8], "little")) not in err
@@ -314,16 +360,20 @@ def test_a_hub_snapshots_links_to_its_blobs_are_its_own(tmp_path):
 
 # -- settings and resume files -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, says", [
-    ("[tool.loadguard]\nformat = \"json\n", "is not valid TOML"),
-    ("[tool.loadguard]\ntimeout = inf\n", "timeout = inf must be a finite number of seconds"),
-    ("[tool.loadguard]\ntimeout = nan\n", "timeout = nan must be a finite number of seconds"),
-    ("[tool.loadguard]\ntimeout = -1\n", "timeout = -1.0 must be a finite number of seconds, at least 1"),
-    ("[tool.loadguard]\njobs = 100000\n", "jobs = 100000 must be between 1 and 256"),
-    ("[tool.loadguard]\nmemory-limit = \"-5GB\"\n", "memory-limit = '-5GB' is not a size"),
-    ("[tool]\nloadguard = \"x\"\n", "tool.loadguard is a str, not a table"),
-    ("[tool.loadguard]\nplugin = 3\n", "plugin = 3 is not a string"),
-])
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ('[tool.loadguard]\nformat = "json\n', "is not valid TOML"),
+        ("[tool.loadguard]\ntimeout = inf\n", "timeout = inf must be a finite number of seconds"),
+        ("[tool.loadguard]\ntimeout = nan\n", "timeout = nan must be a finite number of seconds"),
+        ("[tool.loadguard]\ntimeout = -1\n", "timeout = -1.0 must be a finite number of seconds, at least 1"),
+        ("[tool.loadguard]\njobs = 100000\n", "jobs = 100000 must be between 1 and 256"),
+        ('[tool.loadguard]\nmemory-limit = "-5GB"\n', "memory-limit = '-5GB' is not a size"),
+        ('[tool]\nloadguard = "x"\n', "tool.loadguard is a str, not a table"),
+        ("[tool.loadguard]\nplugin = 3\n", "plugin = 3 is not a string"),
+    ],
+)
 def test_a_bad_settings_table_is_one_error_in_its_own_words(tmp_path, capsys, monkeypatch, body, says):
     (tmp_path / "pyproject.toml").write_text(body)
     monkeypatch.chdir(tmp_path)
@@ -339,7 +389,9 @@ def test_a_broken_pyproject_that_does_not_name_loadguard_is_not_ours(tmp_path, c
     assert code == 0, err
 
 
-@pytest.mark.parametrize("text, size", [("2G", 2 * 2**30), ("2GiB", 2 * 2**30), ("2048M", 2 * 2**30), ("4GB", 4 * 10**9), ("512MiB", 2**29)])
+@pytest.mark.parametrize(
+    "text, size", [("2G", 2 * 2**30), ("2GiB", 2 * 2**30), ("2048M", 2 * 2**30), ("4GB", 4 * 10**9), ("512MiB", 2**29)]
+)
 def test_memory_limit_takes_the_spellings_users_type(text, size, tmp_path, capsys, monkeypatch):
     assert memory_limit(text, 1, fleet=False) == size
     (tmp_path / "pyproject.toml").write_text(f'[tool.loadguard]\nmemory-limit = "{text}"\n')
@@ -348,12 +400,22 @@ def test_memory_limit_takes_the_spellings_users_type(text, size, tmp_path, capsy
     assert code == 0, err
 
 
-@pytest.mark.parametrize("bad", [
-    {"scanned": "maybe"},
-    {"scanned": True},
-    {"scanned": True, "model_class": "X", "findings": [{"tensor": 1}], "checks": [], "workarounds": [], "checkpoint": None},
-    {"scanned": False},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"scanned": "maybe"},
+        {"scanned": True},
+        {
+            "scanned": True,
+            "model_class": "X",
+            "findings": [{"tensor": 1}],
+            "checks": [],
+            "workarounds": [],
+            "checkpoint": None,
+        },
+        {"scanned": False},
+    ],
+)
 def test_a_resume_row_of_the_wrong_shape_is_done_again_never_trusted(tmp_path, capsys, bad):
     target = str(tmp_path / "no-such-model")
     resume = tmp_path / "rows.jsonl"
@@ -373,7 +435,12 @@ def test_a_fleet_of_missing_paths_forks_nothing(tmp_path, monkeypatch):
     targets = [str(tmp_path / f"missing-{index}") for index in range(200)]
     rows = scan_fleet(targets, OPTIONS, jobs=2)
     assert [row["model"] for row in rows] == targets
-    assert all(row["scanned"] is False and row["error"].endswith("does not exist") and row["error_kind"] == "ModelNotFoundError" for row in rows)
+    assert all(
+        row["scanned"] is False
+        and row["error"].endswith("does not exist")
+        and row["error_kind"] == "ModelNotFoundError"
+        for row in rows
+    )
 
 
 def test_procs_find_descendants_and_sweep_them():
@@ -395,7 +462,12 @@ def test_a_matrix_resume_cell_of_the_wrong_shape_is_not_trusted():
 
     good = Cell("m", "5.0.0", "error", error="boom").to_dict()
     assert Cell.valid(good)
-    for bad in ({**good, "status": "maybe"}, {**good, "status": "clean", "report": None}, {**good, "seconds": "x"}, {"model": "m"}):
+    for bad in (
+        {**good, "status": "maybe"},
+        {**good, "status": "clean", "report": None},
+        {**good, "seconds": "x"},
+        {"model": "m"},
+    ):
         assert not Cell.valid(bad), bad
 
 
@@ -406,21 +478,31 @@ def test_fix_stopped_by_sigterm_while_proving_leaves_no_folder_and_no_process(zo
     """The proof's child hangs in the model's code (its second import); SIGTERM: no staging folder, no output folder,
     no process left."""
     mark = tmp_path / "imported-once"
-    folder = _with_code(zoo_folder, tmp_path, "fix_hangs", f"""
+    folder = _with_code(
+        zoo_folder,
+        tmp_path,
+        "fix_hangs",
+        f"""
 import os, time
 if os.path.exists({str(mark)!r}):
     with open(os.path.join({str(tmp_path)!r}, "proof.pid"), "w") as f:
         f.write(str(os.getpid()))
     time.sleep(600)
 open({str(mark)!r}, "w").close()
-""")
+""",
+    )
     out = tmp_path / "fixed"
 
     def staging() -> None:
         assert [p.name for p in tmp_path.iterdir() if "loadguard-fix" in p.name], "no staging folder while proving"
 
-    code, _, (pid,) = _stopped([sys.executable, "-m", "loadguard", "fix", folder, "--out", str(out), "--trust-remote-code"], tmp_path, 1,
-                               signal.SIGTERM, ready=staging)
+    code, _, (pid,) = _stopped(
+        [sys.executable, "-m", "loadguard", "fix", folder, "--out", str(out), "--trust-remote-code"],
+        tmp_path,
+        1,
+        signal.SIGTERM,
+        ready=staging,
+    )
     assert code == -signal.SIGTERM
     assert _none_alive([pid]) == []
     assert not out.exists() and not [p.name for p in tmp_path.iterdir() if "loadguard-fix" in p.name]

@@ -92,7 +92,9 @@ def test_compare_and_trace_diagnose_every_zoo_entry(capsys, zoo_folder, name):
     entry = zoo.get(name)
     broken = bool(entry.expected)
     for command in ("compare", "trace"):
-        code, out, err = _cli(capsys, command, folder, "--trust-remote-code", "--workaround", "auto", "--format", "json")
+        code, out, err = _cli(
+            capsys, command, folder, "--trust-remote-code", "--workaround", "auto", "--format", "json"
+        )
         assert "unexpected" not in err, err
         document = json.loads(out)
         if not broken:
@@ -128,7 +130,9 @@ def test_a_crash_says_what_raised_and_what_the_load_left_wrong(capsys, zoo_folde
 
 @needs_v5
 def test_a_meta_tensor_attribute_is_named_not_copied(capsys, zoo_folder):
-    code, out, _ = _cli(capsys, "trace", str(zoo_folder("tensor_attribute")), "--trust-remote-code", "--format", "json")
+    code, out, _ = _cli(
+        capsys, "trace", str(zoo_folder("tensor_attribute")), "--trust-remote-code", "--format", "json"
+    )
     document = json.loads(out)
     assert code == 1
     assert document["crash"]["crash"]["exception"] == "NotImplementedError"
@@ -145,14 +149,21 @@ def test_a_crash_the_reference_has_too_is_not_blamed_on_the_load(capsys, zoo_fol
     monkeypatch.setattr(HfRunner, "generate_greedy_logprobs_limit", always_fails)
     code, out, err = _cli(capsys, "compare", str(zoo_folder("clean")), "--trust-remote-code")
     assert code == 2 and out == ""
-    assert "also when built eagerly from its code and checkpoint: the failure is the model's or the input's, not the load's" in err
+    assert (
+        "also when built eagerly from its code and checkpoint: the failure is the model's or the input's, not the load's"
+        in err
+    )
     assert "AttributeError" in err
 
 
 def test_crash_serializes():
     crash = Crash("IndexError", "index 9 is out of bounds", "positions", "P", "modeling_x.py:3")
     assert json.loads(json.dumps(crash.to_dict())) == {
-        "exception": "IndexError", "message": "index 9 is out of bounds", "module": "positions", "module_class": "P", "location": "modeling_x.py:3",
+        "exception": "IndexError",
+        "message": "index 9 is out of bounds",
+        "module": "positions",
+        "module_class": "P",
+        "location": "modeling_x.py:3",
     }
 
 
@@ -165,7 +176,9 @@ def test_the_runner_notes_what_the_load_left_wrong_on_the_models_error(zoo_folde
         runner.generate_greedy(["describe what you see ."], 2)
     (note,) = info.value.__notes__
     assert note.startswith("loadguard: IndexError in positions (LgToyPositions) at modeling_lgtoy.py:")
-    assert "the load left these wrong in positions: positions.index (" in note and "positions.table (" in note  # leftover memory: its status varies
+    assert (
+        "the load left these wrong in positions: positions.index (" in note and "positions.table (" in note
+    )  # leftover memory: its status varies
 
 
 def test_the_runner_adds_no_blame_when_nothing_is_wrong():
@@ -173,4 +186,7 @@ def test_the_runner_adds_no_blame_when_nothing_is_wrong():
 
     model = Outer()
     note = _crash_note(model, _raised(lambda: model(torch.tensor([0]))))
-    assert note.startswith("loadguard: IndexError in inner.1 (Table) at ") and "finds no tensor of the model wrong" in note
+    assert (
+        note.startswith("loadguard: IndexError in inner.1 (Table) at ")
+        and "finds no tensor of the model wrong" in note
+    )

@@ -31,7 +31,12 @@ def test_ray_chosen_and_not_installed_is_one_clear_error(monkeypatch, capsys, tm
     with pytest.raises(SystemExit) as info:
         main(["scan", "--from", str(tmp_path / "models.txt"), "--executor", "ray"])
     err = capsys.readouterr().err
-    assert info.value.code == 2 and "needs Ray" in err and "pip install 'loadguard[ray]'" in err and "Traceback" not in err
+    assert (
+        info.value.code == 2
+        and "needs Ray" in err
+        and "pip install 'loadguard[ray]'" in err
+        and "Traceback" not in err
+    )
 
 
 def test_the_local_executor_is_the_fork_pool_with_its_limits():

@@ -33,30 +33,38 @@ print(json.dumps({"code": int(code or 0), "torch": "torch" in sys.modules, "tran
 def _probe(tmp_path, *args, env=None):
     import os
 
-    result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=tmp_path,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), **(env or {})})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), **(env or {})},
+    )
     return json.loads(result.stderr.strip().splitlines()[-1]), result.stdout, result.stderr
 
 
-@pytest.mark.parametrize("args, code", [
-    (["--help"], 0),
-    ([], 0),
-    (["audit", "--help"], 0),
-    (["env", "--help"], 0),
-    (["zoo"], 0),
-    (["scna"], 2),
-    (["audit", "--formt", "json", "x"], 2),
-    (["audit", "/nonexistent/model"], 2),
-    (["audit", "/nonexistent/model", "--format", "json"], 2),
-    (["compare", "/nonexistent/model"], 2),
-    (["trace", "/nonexistent/model"], 2),
-    (["scan", "/nonexistent/model"], 2),
-    (["fix", "/nonexistent/model", "--out", "fixed"], 2),
-    (["audit", "org/not-cached"], 2),
-    (["scan", "org/not-cached"], 2),
-    (["fix", "org/not-cached", "--out", "fixed"], 2),
-    (["config"], 0),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["--help"], 0),
+        ([], 0),
+        (["audit", "--help"], 0),
+        (["env", "--help"], 0),
+        (["zoo"], 0),
+        (["scna"], 2),
+        (["audit", "--formt", "json", "x"], 2),
+        (["audit", "/nonexistent/model"], 2),
+        (["audit", "/nonexistent/model", "--format", "json"], 2),
+        (["compare", "/nonexistent/model"], 2),
+        (["trace", "/nonexistent/model"], 2),
+        (["scan", "/nonexistent/model"], 2),
+        (["fix", "/nonexistent/model", "--out", "fixed"], 2),
+        (["audit", "org/not-cached"], 2),
+        (["scan", "org/not-cached"], 2),
+        (["fix", "org/not-cached", "--out", "fixed"], 2),
+        (["config"], 0),
+    ],
+)
 def test_help_usage_errors_and_missing_models_answer_before_torch_is_imported(tmp_path, args, code):
     seen, out, err = _probe(tmp_path, *args)
     assert seen == {"code": code, "torch": False, "transformers": False}, err
@@ -70,6 +78,7 @@ def test_a_mistyped_subcommand_gets_did_you_mean(capsys):
 
 
 # -- text shown as written ---------------------------------------------------------------------------------------------
+
 
 def _commands():
     with click.Context(cli) as ctx:
@@ -111,6 +120,7 @@ def test_brackets_in_text_are_text(capsys, tmp_path, monkeypatch):
 
 # -- one meaning per word ----------------------------------------------------------------------------------------------
 
+
 @needs_v5
 def test_the_plugin_and_the_cli_say_the_same_of_one_load(pytester, zoo_folder, capsys):
     """Same load, same evidence: the status word and the line of code the CLI reports are in the plugin's failure (no
@@ -118,13 +128,17 @@ def test_the_plugin_and_the_cli_say_the_same_of_one_load(pytester, zoo_folder, c
     reproduces it."""
     folder = str(zoo_folder("np_buffer"))
     code, out, err = run_cli(capsys, "audit", folder, "--trust-remote-code", "--format", "json")
-    cli = {f["tensor"]: (f["status"], f["location"]) for f in json.loads(out)["findings"] if f["status"] != "initialized"}
+    cli = {
+        f["tensor"]: (f["status"], f["location"]) for f in json.loads(out)["findings"] if f["status"] != "initialized"
+    }
     assert code == 1 and cli["positions.index"][0] == "uninitialized" and cli["positions.index"][1]
-    pytester.makepyfile(test_load=f"""
+    pytester.makepyfile(
+        test_load=f"""
         def test_it():
             from transformers import AutoModelForCausalLM
             AutoModelForCausalLM.from_pretrained({folder!r}, trust_remote_code=True)
-        """)
+        """
+    )
     result = pytester.runpytest_subprocess("--loadguard=fail", "-rN", "-p", "no:cacheprovider", "-p", "no:xdist")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
@@ -154,7 +168,10 @@ def test_matrix_help_and_the_docs_give_one_exit_code_for_a_model_that_could_not_
     code, out, _ = run_cli(capsys, "matrix", "--help")
     assert "3: partial" in " ".join(out.split())
     root = Path(__file__).resolve().parent.parent
-    assert "| 3 | partial: a fleet or matrix where some models could not be checked" in (root / "docs" / "findings.md").read_text()
+    assert (
+        "| 3 | partial: a fleet or matrix where some models could not be checked"
+        in (root / "docs" / "findings.md").read_text()
+    )
 
 
 def test_the_pytest_mode_table_ends_where_its_rows_end():

@@ -17,11 +17,18 @@ from loadguard import zoo
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, run_cli, torch_fills_uninitialized
 
-v5_only = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads the zoo right: nothing to fix (test_on_4_57_there_is_nothing_to_fix)")
+v5_only = pytest.mark.skipif(
+    not IS_V5,
+    reason=f"transformers {TRANSFORMERS_VERSION} loads the zoo right: nothing to fix (test_on_4_57_there_is_nothing_to_fix)",
+)
 
 
 def digest(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(folder).rglob("*"))
+        if p.is_file()
+    }
 
 
 def independent_check(folder: Path, entry: str) -> list[str]:
@@ -60,15 +67,30 @@ def test_np_buffer_is_fixed_proven_and_written_beside_an_untouched_original(zoo_
     out = tmp_path / "np_buffer-fixed"
     result = loadguard.fix(folder, out, trust_remote_code=True)
     assert (result.status, result.ok, result.out) == ("fixed", True, str(out))
-    assert {f.tensor for f in result.findings} == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
-    assert [(p.name, p.transformers, p.ok) for p in result.proofs] == [("loads_right", TRANSFORMERS_VERSION, True), ("unchanged_before_v5", "4.57.6", True)]
+    assert {f.tensor for f in result.findings} == {
+        "positions.table",
+        "positions.index",
+        "layers.0.attn.causal_mask",
+        "layers.1.attn.causal_mask",
+    }
+    assert [(p.name, p.transformers, p.ok) for p in result.proofs] == [
+        ("loads_right", TRANSFORMERS_VERSION, True),
+        ("unchanged_before_v5", "4.57.6", True),
+    ]
     assert "first forward: equal" in result.proofs[1].detail
     assert digest(folder) == before  # the original folder: not a byte written
-    assert os.stat(out / "model.safetensors").st_ino == os.stat(folder / "model.safetensors").st_ino  # linked, not copied
+    assert (
+        os.stat(out / "model.safetensors").st_ino == os.stat(folder / "model.safetensors").st_ino
+    )  # linked, not copied
     assert (out / "loadguard-fix.diff").read_text() == result.diff
-    assert "module.table.copy_(sincos_table(module.num_positions, module.dim))" in (out / "modeling_lgtoy.py").read_text()
+    assert (
+        "module.table.copy_(sincos_table(module.num_positions, module.dim))" in (out / "modeling_lgtoy.py").read_text()
+    )
     notes = (out / "LOADGUARD_FIX.md").read_text()
-    assert "| `positions.index` | uninitialized | `modeling_lgtoy.py:36` |" in notes and "transformers 4.57.6, unchanged before v5: passed" in notes
+    assert (
+        "| `positions.index` | uninitialized | `modeling_lgtoy.py:36` |" in notes
+        and "transformers 4.57.6, unchanged before v5: passed" in notes
+    )
     assert independent_check(folder, "np_buffer") != [] and independent_check(out, "np_buffer") == []
     # the diff is a patch: applied to a copy of the original it gives the fixed code
     copy = tmp_path / "copy"
@@ -79,12 +101,20 @@ def test_np_buffer_is_fixed_proven_and_written_beside_an_untouched_original(zoo_
 
 
 @v5_only
-@pytest.mark.parametrize(("entry", "kinds"), [
-    ("minicpmv_like", ["workaround", "workaround", "recompute"]),  # the bundled MiniCPM-V-shaped model: typing, post_init, pos_embed
-    ("overwritten", ["guard_overwrites"]),
-    ("v4_llama_flash", ["workaround", "keep_arguments", "recompute", "recompute"]),
-])
-def test_the_fixed_copy_loads_right_on_plain_transformers_with_no_workaround(entry, kinds, zoo_folder, compat, tmp_path):
+@pytest.mark.parametrize(
+    ("entry", "kinds"),
+    [
+        (
+            "minicpmv_like",
+            ["workaround", "workaround", "recompute"],
+        ),  # the bundled MiniCPM-V-shaped model: typing, post_init, pos_embed
+        ("overwritten", ["guard_overwrites"]),
+        ("v4_llama_flash", ["workaround", "keep_arguments", "recompute", "recompute"]),
+    ],
+)
+def test_the_fixed_copy_loads_right_on_plain_transformers_with_no_workaround(
+    entry, kinds, zoo_folder, compat, tmp_path
+):
     folder = zoo_folder(entry)
     result = loadguard.fix(folder, tmp_path / f"{entry}-fixed", trust_remote_code=True)
     assert result.status == "fixed", result.to_json()
@@ -113,11 +143,22 @@ def test_no_verify_writes_an_unproven_fix_and_says_so(zoo_folder, tmp_path):
 
 @v5_only
 def test_cli_json_lists_each_change_with_its_findings(zoo_folder, compat, tmp_path, capsys):
-    code, out, err = run_cli(capsys, "fix", str(zoo_folder("missing_key")), "--out", str(tmp_path / "fixed"), "--trust-remote-code", "--format", "json")
+    code, out, err = run_cli(
+        capsys,
+        "fix",
+        str(zoo_folder("missing_key")),
+        "--out",
+        str(tmp_path / "fixed"),
+        "--trust-remote-code",
+        "--format",
+        "json",
+    )
     document = json.loads(out)
     assert code == 0, err
     assert document["status"] == "fixed" and document["changes"][0]["tensors"] == ["logit_scale"]
-    assert document["proofs"][1]["ok"] is True and "logit_scale" in document["proofs"][1]["detail"]  # wrong on 4.57 too, now right there
+    assert (
+        document["proofs"][1]["ok"] is True and "logit_scale" in document["proofs"][1]["detail"]
+    )  # wrong on 4.57 too, now right there
 
 
 @pytest.mark.parametrize("case", ["missing", "inside", "not_empty", "untrusted", "hub_offline"])
@@ -131,7 +172,12 @@ def test_bad_input_is_one_line_exit_2_and_no_file_written(case, zoo_folder, tmp_
         "inside": [str(folder), "--out", str(folder / "fixed"), "--trust-remote-code"],
         "not_empty": [str(folder), "--out", str(tmp_path / "full"), "--trust-remote-code"],
         "untrusted": [str(folder), "--out", str(tmp_path / "o")],
-        "hub_offline": ["someorg/some-model", "--out", str(tmp_path / "o"), "--trust-remote-code"],  # HF_HUB_OFFLINE=1 (conftest)
+        "hub_offline": [
+            "someorg/some-model",
+            "--out",
+            str(tmp_path / "o"),
+            "--trust-remote-code",
+        ],  # HF_HUB_OFFLINE=1 (conftest)
     }[case]
     code, out, err = run_cli(capsys, "fix", *arguments)
     assert code == 2 and err.startswith("Error: ") and "Traceback" not in err
@@ -149,13 +195,28 @@ def test_on_4_57_there_is_nothing_to_fix(zoo_folder, tmp_path):
 @v5_only
 def test_a_fleet_writes_one_subfolder_per_model_and_a_row_for_one_that_cannot_run(zoo_folder, tmp_path, capsys):
     listing = tmp_path / "models.txt"
-    listing.write_text(f"{zoo_folder('tensor_attribute')}  # a rotary table kept as a plain attribute\n{tmp_path / 'gone'}\n")
-    code, out, err = run_cli(capsys, "fix", "--from", str(listing), "--out", str(tmp_path / "fixed"), "--trust-remote-code", "--no-verify", "--format", "json")
+    listing.write_text(
+        f"{zoo_folder('tensor_attribute')}  # a rotary table kept as a plain attribute\n{tmp_path / 'gone'}\n"
+    )
+    code, out, err = run_cli(
+        capsys,
+        "fix",
+        "--from",
+        str(listing),
+        "--out",
+        str(tmp_path / "fixed"),
+        "--trust-remote-code",
+        "--no-verify",
+        "--format",
+        "json",
+    )
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 3  # partial: one model could not run
     assert [(r["status"], r["ok"]) for r in rows] == [("unverified", False), ("could_not_run", False)]
     assert "is not a model folder" in rows[1]["error"]["message"]
-    assert sorted(p.name for p in (tmp_path / "fixed").iterdir()) == ["model"]  # the zoo folder's name; nothing for the missing one
+    assert sorted(p.name for p in (tmp_path / "fixed").iterdir()) == [
+        "model"
+    ]  # the zoo folder's name; nothing for the missing one
     assert (tmp_path / "fixed" / "model" / "LOADGUARD_FIX.md").is_file()
 
 
@@ -189,6 +250,8 @@ def test_a_link_leaving_the_model_folder_is_never_followed_into_the_fixed_copy(z
     secret = tmp_path / "secret.txt"
     secret.write_text("not the model's")
     (folder / "notes.txt").symlink_to(secret)
-    code, out, err = run_cli(capsys, "fix", str(folder), "--out", str(tmp_path / "fixed"), "--trust-remote-code", "--no-verify")
+    code, out, err = run_cli(
+        capsys, "fix", str(folder), "--out", str(tmp_path / "fixed"), "--trust-remote-code", "--no-verify"
+    )
     assert code == 2 and "notes.txt" in err and "link leaving the model's folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linked", "secret.txt"]  # no output, no staging folder left

@@ -13,7 +13,9 @@ from loadguard._scan import scan_fleet, scan_fleet_spawned, scan_row
 
 from .conftest import IS_V5
 
-pytestmark = pytest.mark.skipif(not _forks.available(), reason="os.fork is not available on this platform: fleets use fresh interpreters")
+pytestmark = pytest.mark.skipif(
+    not _forks.available(), reason="os.fork is not available on this platform: fleets use fresh interpreters"
+)
 
 
 def _with_code(zoo_folder, tmp_path, name: str, code: str):
@@ -34,8 +36,18 @@ def _comparable(row: dict) -> dict:
 
 
 def test_one_models_code_does_not_reach_the_next(zoo_folder, tmp_path):
-    leak = _with_code(zoo_folder, tmp_path, "leaks", "import sys, types\nsys.modules['loadguard_test_leak'] = types.ModuleType('leak')")
-    check = _with_code(zoo_folder, tmp_path, "checks", "import sys\nassert 'loadguard_test_leak' not in sys.modules, 'leaked from the previous model'")
+    leak = _with_code(
+        zoo_folder,
+        tmp_path,
+        "leaks",
+        "import sys, types\nsys.modules['loadguard_test_leak'] = types.ModuleType('leak')",
+    )
+    check = _with_code(
+        zoo_folder,
+        tmp_path,
+        "checks",
+        "import sys\nassert 'loadguard_test_leak' not in sys.modules, 'leaked from the previous model'",
+    )
     rows = scan_fleet([leak, check, leak], OPTIONS, jobs=1)
     assert [row["scanned"] for row in rows] == [True, True, True], [row.get("error") for row in rows]
     import sys
@@ -68,7 +80,11 @@ def test_a_model_over_the_memory_limit_is_a_row_saying_so(zoo_folder, tmp_path):
     hog = _with_code(zoo_folder, tmp_path, "hogs", HOG)
     fine = str(zoo_folder("clean"))
     rows = scan_fleet([hog, fine], OPTIONS, jobs=2, timeout=60, limit=100 * 2**20)
-    assert rows[0]["scanned"] is False and "went over the memory limit" in rows[0]["error"] and "limit 100.0 MiB" in rows[0]["error"]
+    assert (
+        rows[0]["scanned"] is False
+        and "went over the memory limit" in rows[0]["error"]
+        and "limit 100.0 MiB" in rows[0]["error"]
+    )
     assert "raise --memory-limit" in rows[0]["hint"] and "loadguard audit" in rows[0]["hint"]
     assert rows[1]["scanned"] is True  # its neighbour is unaffected
 
@@ -119,7 +135,9 @@ def _allocate(megabytes: int) -> int:
     return held.numel() * 4
 
 
-@pytest.mark.skipif(_forks.added() is None, reason="no /proc/self/smaps_rollup here: the limit falls back to resident memory")
+@pytest.mark.skipif(
+    _forks.added() is None, reason="no /proc/self/smaps_rollup here: the limit falls back to resident memory"
+)
 @pytest.mark.parametrize(("limit_mb", "killed"), [(192, True), (320, False)])
 def test_the_memory_limit_counts_what_the_child_adds_not_what_it_inherits(limit_mb, killed):
     """A child that allocates 256 MB: killed under a 192 MB limit, not under 320 MB, on CPU and CUDA builds of torch alike
@@ -129,7 +147,11 @@ def test_the_memory_limit_counts_what_the_child_adds_not_what_it_inherits(limit_
     (outcome,) = _forks.run(_allocate, [256], timeout=60, memory_limit=limit_mb * 2**20)
     build = f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'})"
     if killed:
-        assert not outcome.ok and "went over the memory limit" in outcome.error and f"limit {limit_mb:.1f} MiB" in outcome.error, build
+        assert (
+            not outcome.ok
+            and "went over the memory limit" in outcome.error
+            and f"limit {limit_mb:.1f} MiB" in outcome.error
+        ), build
     else:
         assert outcome.ok and outcome.value == 256 * 2**20, (build, outcome.error)
 
@@ -143,7 +165,9 @@ def test_scan_many_is_the_fleet_in_python(zoo_folder, tmp_path):
     import loadguard
 
     missing = str(tmp_path / "no-such-model")
-    rows = loadguard.scan_many([str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing], trust_remote_code=True, jobs=2)
+    rows = loadguard.scan_many(
+        [str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing], trust_remote_code=True, jobs=2
+    )
     assert [row.model for row in rows] == [str(zoo_folder("np_buffer")), str(zoo_folder("clean")), missing]
     broken, clean, unloadable = rows
     assert isinstance(broken, loadguard.Row) and broken.checked and all(f.predicted for f in broken.findings)
@@ -165,7 +189,9 @@ def _cli(*args):
 def test_single_model_commands_honour_the_memory_limit(zoo_folder, tmp_path, command):
     hog = _with_code(zoo_folder, tmp_path, f"hog_{command}", HOG.replace("time.sleep(60)", "time.sleep(30)"))
     done = _cli(command, hog, "--trust-remote-code", "--memory-limit", "200MB")
-    assert done.returncode == 2 and "went over the memory limit" in done.stderr and "limit 190.7 MiB" in done.stderr, done.stderr[-1500:]
+    assert done.returncode == 2 and "went over the memory limit" in done.stderr and "limit 190.7 MiB" in done.stderr, (
+        done.stderr[-1500:]
+    )
     assert "Hint: raise --memory-limit if the model only needs more" in done.stderr
 
 
@@ -173,7 +199,17 @@ def test_single_model_commands_honour_the_timeout_and_run_within_limits(zoo_fold
     sleeper = _with_code(zoo_folder, tmp_path, "sleeps", "import time\ntime.sleep(120)")
     done = _cli("audit", sleeper, "--trust-remote-code", "--timeout", "5")
     assert done.returncode == 2 and "timed out after 5 s (killed)" in done.stderr and "raise --timeout" in done.stderr
-    within = _cli("audit", str(zoo_folder("clean")), "--trust-remote-code", "--timeout", "120", "--memory-limit", "4GB", "--format", "json")
+    within = _cli(
+        "audit",
+        str(zoo_folder("clean")),
+        "--trust-remote-code",
+        "--timeout",
+        "120",
+        "--memory-limit",
+        "4GB",
+        "--format",
+        "json",
+    )
     assert within.returncode == 0 and within.stdout.lstrip().startswith("{") and '"ok": true' in within.stdout
 
 
@@ -189,7 +225,20 @@ def test_an_interrupted_fleet_resumes_with_only_the_rest(zoo_folder, tmp_path):
     sleeper = _with_code(zoo_folder, tmp_path, "sleeps", "import time\ntime.sleep(120)")
     first, second = str(zoo_folder("clean")), str(zoo_folder("np_buffer"))
     resume = tmp_path / "rows.jsonl"
-    command = [sys.executable, "-m", "loadguard", "scan", first, second, sleeper, "--trust-remote-code", "--jobs", "1", "--resume", str(resume)]
+    command = [
+        sys.executable,
+        "-m",
+        "loadguard",
+        "scan",
+        first,
+        second,
+        sleeper,
+        "--trust-remote-code",
+        "--jobs",
+        "1",
+        "--resume",
+        str(resume),
+    ]
     running = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not resume.exists() or len(resume.read_text().splitlines()) < 2):
@@ -199,8 +248,12 @@ def test_an_interrupted_fleet_resumes_with_only_the_rest(zoo_folder, tmp_path):
     rows = [json.loads(line) for line in resume.read_text().splitlines()]
     assert [row["model"] for row in rows] == [first, second]
     marked = [{**row, "model_class": f"{row['model_class']}-from-the-first-run"} for row in rows]
-    resume.write_text("".join(json.dumps(row) + "\n" for row in marked) + '{"model": "cut sh')  # a line the kill cut short
-    done = subprocess.run([*command, "--timeout", "5", "--format", "json"], capture_output=True, text=True, timeout=300)
+    resume.write_text(
+        "".join(json.dumps(row) + "\n" for row in marked) + '{"model": "cut sh'
+    )  # a line the kill cut short
+    done = subprocess.run(
+        [*command, "--timeout", "5", "--format", "json"], capture_output=True, text=True, timeout=300
+    )
     out = [json.loads(line) for line in done.stdout.splitlines()]
     assert [row["model"] for row in out] == [first, second, sleeper]
     assert [row.get("model_class", "").endswith("-from-the-first-run") for row in out] == [True, True, False]

@@ -32,13 +32,18 @@ def _line(folder: str, uri: str, line: int) -> str:
 
 
 @needs_v5
-@pytest.mark.parametrize(("name", "command", "code_text"), [
-    ("np_buffer", "audit", "register_buffer("),
-    ("overwritten", "audit", "normal_("),
-    ("np_buffer", "scan", "register_buffer("),
-    ("overwritten", "scan", "normal_("),
-])
-def test_sarif_validates_locates_and_fingerprints_stably(capsys, zoo_folder, tmp_path, monkeypatch, name, command, code_text):
+@pytest.mark.parametrize(
+    ("name", "command", "code_text"),
+    [
+        ("np_buffer", "audit", "register_buffer("),
+        ("overwritten", "audit", "normal_("),
+        ("np_buffer", "scan", "register_buffer("),
+        ("overwritten", "scan", "normal_("),
+    ],
+)
+def test_sarif_validates_locates_and_fingerprints_stably(
+    capsys, zoo_folder, tmp_path, monkeypatch, name, command, code_text
+):
     monkeypatch.chdir(tmp_path)
     documents = []
     for copy in ("first", "second"):  # two folders, as two machines or two CI runs would have
@@ -59,7 +64,9 @@ def test_sarif_validates_locates_and_fingerprints_stably(capsys, zoo_folder, tmp
         rules = {rule["id"] for rule in document["runs"][0]["tool"]["driver"]["rules"]}
         assert {r["ruleId"] for r in results} == rules and all(r["ruleIndex"] < len(rules) for r in results)
         documents.append(document)
-    fingerprints = [sorted(r["partialFingerprints"]["loadguardFinding/v1"] for r in d["runs"][0]["results"]) for d in documents]
+    fingerprints = [
+        sorted(r["partialFingerprints"]["loadguardFinding/v1"] for r in d["runs"][0]["results"]) for d in documents
+    ]
     assert fingerprints[0] == fingerprints[1]
 
 
@@ -74,11 +81,23 @@ def test_github_annotations_and_the_step_summary(capsys, zoo_folder, tmp_path, m
     lines = out.splitlines()
     assert len(lines) == 4 and all(line.startswith("::error file=model/modeling_lgtoy.py,line=") for line in lines)
     assert "title=loadguard%3A positions.index uninitialized::" in out
-    assert "| " + folder + " | 4 wrong | " in summary.read_text() and "`positions.index` (uninitialized) at `modeling_lgtoy.py:36`" in summary.read_text()
+    assert (
+        "| " + folder + " | 4 wrong | " in summary.read_text()
+        and "`positions.index` (uninitialized) at `modeling_lgtoy.py:36`" in summary.read_text()
+    )
 
 
 def test_github_escapes_what_would_end_a_command():
-    finding = Finding("a.b", "buffer", "non_persistent_buffer", "uninitialized", "float32", (1,), "cpu", "50% wrong\nreally, it is: wrong")
+    finding = Finding(
+        "a.b",
+        "buffer",
+        "non_persistent_buffer",
+        "uninitialized",
+        "float32",
+        (1,),
+        "cpu",
+        "50% wrong\nreally, it is: wrong",
+    )
     out = render("github", [Row("m", "C", findings=(finding,))])
     assert out == "::error title=loadguard%3A a.b uninitialized::m: 50%25 wrong%0Areally, it is: wrong"
 
@@ -89,7 +108,9 @@ def test_junit_a_case_per_check_for_one_model_and_per_model_for_a_fleet(capsys, 
     root = ET.fromstring(out)
     cases = {case.get("name"): case for case in root.iter("testcase")}
     assert code == 1 and root.get("tests") == "5" and root.get("failures") == "1"
-    assert cases["non_persistent_buffer"].find("failure") is not None and cases["meta_leftover"].find("failure") is None
+    assert (
+        cases["non_persistent_buffer"].find("failure") is not None and cases["meta_leftover"].find("failure") is None
+    )
     models = tmp_path / "models.txt"
     models.write_text(f"{zoo_folder('np_buffer')}\n{zoo_folder('clean')}\n{tmp_path / 'no-such-model'}\n")
     code, out, _ = _cli(capsys, "scan", "--from", str(models), "--trust-remote-code", "--format", "junit")
@@ -109,17 +130,31 @@ def test_an_unloadable_model_still_has_its_row(capsys, tmp_path):
     sarif = json.loads(out)
     jsonschema.validate(sarif, SCHEMA)
     (notification,) = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
-    assert code == 2 and missing in notification["message"]["text"] and sarif["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    assert (
+        code == 2
+        and missing in notification["message"]["text"]
+        and sarif["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    )
 
 
 @needs_v5
 def test_a_fleet_with_an_unloadable_model_gives_its_json_row_and_exit_3(capsys, zoo_folder, tmp_path):
     missing = str(tmp_path / "no-such-model")
-    code, out, _ = _cli(capsys, "scan", str(zoo_folder("np_buffer")), missing, "--trust-remote-code", "--format", "json")
+    code, out, _ = _cli(
+        capsys, "scan", str(zoo_folder("np_buffer")), missing, "--trust-remote-code", "--format", "json"
+    )
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 3
-    assert [(r["model"], r["ok"], r["schema_version"]) for r in rows] == [(str(zoo_folder("np_buffer")), False, 1), (missing, False, 1)]
-    assert rows[1]["scanned"] is False and rows[1]["findings"] == [] and rows[1]["error"]["message"] and rows[1]["error"]["hint"]
+    assert [(r["model"], r["ok"], r["schema_version"]) for r in rows] == [
+        (str(zoo_folder("np_buffer")), False, 1),
+        (missing, False, 1),
+    ]
+    assert (
+        rows[1]["scanned"] is False
+        and rows[1]["findings"] == []
+        and rows[1]["error"]["message"]
+        and rows[1]["error"]["hint"]
+    )
     assert rows[1]["error"]["kind"] == "ModelNotFoundError"
 
 
@@ -127,10 +162,14 @@ def test_a_fleet_with_an_unloadable_model_gives_its_json_row_and_exit_3(capsys, 
 def test_a_baseline_keeps_known_findings_out_and_reports_new_and_fixed(capsys, zoo_folder, tmp_path):
     baseline = tmp_path / "baseline.json"
     broken = str(zoo_folder("np_buffer"))
-    code, _, err = _cli(capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline), "--write-baseline")
+    code, _, err = _cli(
+        capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline), "--write-baseline"
+    )
     assert code == 0 and "wrote 4 finding(s) to the baseline" in err
     assert len(json.loads(baseline.read_text())["findings"]) == 4
-    code, out, err = _cli(capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline), "--format", "json")
+    code, out, err = _cli(
+        capsys, "audit", broken, "--trust-remote-code", "--baseline", str(baseline), "--format", "json"
+    )
     assert code == 0 and not [f for f in json.loads(out)["findings"] if f["status"] != "initialized"]
     assert "4 known finding(s) not shown" in err
     # a copy elsewhere is the same model: its findings are known too (fingerprints hold no paths)
@@ -152,12 +191,16 @@ def test_a_bad_baseline_is_one_error(capsys, tmp_path, zoo_folder):
     bad = tmp_path / "baseline.json"
     bad.write_text("[1, 2]")
     code, out, err = _cli(capsys, "scan", str(zoo_folder("clean")), "--trust-remote-code", "--baseline", str(bad))
-    assert code == 2 and "is not a loadguard baseline" in err and "Hint: write it again with --write-baseline FILE" in err
+    assert (
+        code == 2 and "is not a loadguard baseline" in err and "Hint: write it again with --write-baseline FILE" in err
+    )
     code, _, err = _cli(capsys, "scan", str(zoo_folder("clean")), "--write-baseline")
     assert code == 2 and "--write-baseline needs --baseline FILE" in err
 
 
-OUTPUT_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "loadguard-output.schema.json").read_text())
+OUTPUT_SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "schemas" / "loadguard-output.schema.json").read_text()
+)
 
 
 def test_json_output_follows_its_schema(capsys, zoo_folder, tmp_path):
@@ -166,16 +209,33 @@ def test_json_output_follows_its_schema(capsys, zoo_folder, tmp_path):
     missing = str(tmp_path / "no-such-model")
     documents = []
     for name in ("np_buffer", "clean"):
-        documents.append(json.loads(_cli(capsys, "audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")[1]))
+        documents.append(
+            json.loads(_cli(capsys, "audit", str(zoo_folder(name)), "--trust-remote-code", "--format", "json")[1])
+        )
     documents.append(json.loads(_cli(capsys, "audit", missing, "--format", "json")[1]))
-    code, out, _ = _cli(capsys, "scan", str(zoo_folder("np_buffer")), str(zoo_folder("typing_alias")), missing, "--trust-remote-code", "--format", "json")
+    code, out, _ = _cli(
+        capsys,
+        "scan",
+        str(zoo_folder("np_buffer")),
+        str(zoo_folder("typing_alias")),
+        missing,
+        "--trust-remote-code",
+        "--format",
+        "json",
+    )
     documents += [json.loads(line) for line in out.splitlines()]
     for document in documents:
         validate(document)
         assert "seconds" not in document  # two runs print the same document
     with pytest.raises(jsonschema.ValidationError):
-        validate({**documents[0], "findings": [{**documents[0]["findings"][0], "status": "fine"}]} if documents[0]["findings"] else {"schema_version": 2})
-    code, out, _ = _cli(capsys, "audit", str(zoo_folder("clean")), "--trust-remote-code", "--format", "json", "--timings")
+        validate(
+            {**documents[0], "findings": [{**documents[0]["findings"][0], "status": "fine"}]}
+            if documents[0]["findings"]
+            else {"schema_version": 2}
+        )
+    code, out, _ = _cli(
+        capsys, "audit", str(zoo_folder("clean")), "--trust-remote-code", "--format", "json", "--timings"
+    )
     assert set(json.loads(out)["seconds"]) >= {"reference"} or json.loads(out)["seconds"]
 
 
@@ -183,9 +243,15 @@ def test_offline_is_told_apart_from_missing(capsys):
     from loadguard._files.hub import failure
     from loadguard.errors import HubUnreachableError
 
-    error = chained(OSError("We couldn't connect to 'https://huggingface.co' to load the files"), ConnectionError("[Errno -2] Name or service not known"))
+    error = chained(
+        OSError("We couldn't connect to 'https://huggingface.co' to load the files"),
+        ConnectionError("[Errno -2] Name or service not known"),
+    )
     offline = failure("org/model", error, offline=False)
-    assert isinstance(offline, HubUnreachableError) and "offline (the Hugging Face Hub cannot be reached from here)" in offline.message
+    assert (
+        isinstance(offline, HubUnreachableError)
+        and "offline (the Hugging Face Hub cannot be reached from here)" in offline.message
+    )
     assert isinstance(failure("org/model", RuntimeError("anything"), offline=True), HubUnreachableError)
     # what the Hub answers (404, 401, 403) is told apart over real HTTP: tests/test_hub.py
     # through the CLI (the suite runs with HF_HUB_OFFLINE=1): a fleet row says offline, by kind
@@ -211,7 +277,10 @@ def test_compare_and_trace_travel_too(capsys, zoo_folder, tmp_path, monkeypatch)
         assert "IndexError in positions (LgToyPositions)" in raised["message"]["text"]
         location = raised["locations"][0]["physicalLocation"]
         assert "self.index" in _line(folder, location["artifactLocation"]["uri"], location["region"]["startLine"])
-        assert results["non_persistent_buffer/uninitialized"]["properties"]["tensor"] in ("positions.index", "positions.table")
+        assert results["non_persistent_buffer/uninitialized"]["properties"]["tensor"] in (
+            "positions.index",
+            "positions.table",
+        )
         rules = document["runs"][0]["tool"]["driver"]["rules"]
         assert any(r["id"] == "compare/raised" and "built eagerly" in r["fullDescription"]["text"] for r in rules)
         fingerprints.append(sorted(r["partialFingerprints"]["loadguardFinding/v1"] for r in results.values()))
@@ -237,8 +306,15 @@ def test_compare_and_trace_travel_too(capsys, zoo_folder, tmp_path, monkeypatch)
 
 def test_table_is_the_default_format_and_human_its_other_name(capsys, zoo_folder):
     folder = str(zoo_folder("clean"))
-    outputs = [_cli(capsys, "audit", folder, "--trust-remote-code", *fmt) for fmt in ((), ("--format", "table"), ("--format", "human"))]
-    assert outputs[0][0] == 0 and outputs[0][1] == outputs[1][1] == outputs[2][1] and "non_persistent_buffer" in outputs[0][1]
+    outputs = [
+        _cli(capsys, "audit", folder, "--trust-remote-code", *fmt)
+        for fmt in ((), ("--format", "table"), ("--format", "human"))
+    ]
+    assert (
+        outputs[0][0] == 0
+        and outputs[0][1] == outputs[1][1] == outputs[2][1]
+        and "non_persistent_buffer" in outputs[0][1]
+    )
     code, _, err = _cli(capsys, "audit", folder, "--format", "yaml")
     assert code == 2 and "'table'" in err
 

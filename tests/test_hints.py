@@ -27,7 +27,9 @@ def _commands() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
 
     def visit(command: click.Command, path: str, ctx: click.Context):
-        options = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("--")}
+        options = {
+            opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("--")
+        }
         options |= {"--help"}
         found[path] = options
         if isinstance(command, click.Group):
@@ -61,7 +63,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
 
 
@@ -86,9 +90,19 @@ def _hints() -> list[tuple[str, str]]:
                     extra = [s for k in node.keywords if k.arg == "extra" for s in _strings(k.value)]
                     found.append(f"loadguard {node.args[0].value} X {' '.join(extra)}")
             elif isinstance(node, ast.ClassDef):
-                found += [s for stmt in node.body if isinstance(stmt, ast.Assign) and any(getattr(t, "id", "") == "hint" for t in stmt.targets) for s in _strings(stmt.value)]
+                found += [
+                    s
+                    for stmt in node.body
+                    if isinstance(stmt, ast.Assign) and any(getattr(t, "id", "") == "hint" for t in stmt.targets)
+                    for s in _strings(stmt.value)
+                ]
             elif isinstance(node, ast.FunctionDef) and "hint" in node.name:
-                found += [s for stmt in ast.walk(node) if isinstance(stmt, ast.Return) and stmt.value is not None for s in _strings(stmt.value)]
+                found += [
+                    s
+                    for stmt in ast.walk(node)
+                    if isinstance(stmt, ast.Return) and stmt.value is not None
+                    for s in _strings(stmt.value)
+                ]
             elif isinstance(node, (ast.Constant, ast.JoinedStr)) and "Hint:" in _text(node):
                 found.append(_text(node))
             hints += [(f"{where}:{getattr(node, 'lineno', 0)}", text) for text in found]
@@ -152,13 +166,23 @@ def cli_run(capsys):
     return invoke
 
 
-@pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads: no hint to run")
+@pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads: no hint to run"
+)
 @pytest.mark.parametrize(
     ("name", "command", "expected"),
     [
-        ("np_buffer", ["audit"], 0),  # audit's hint: run again with --repair: every finding repaired, the re-audit clean
+        (
+            "np_buffer",
+            ["audit"],
+            0,
+        ),  # audit's hint: run again with --repair: every finding repaired, the re-audit clean
         ("np_buffer", ["compare"], 0),  # compare's hint: 'loadguard compare ... --repair'
-        ("tensor_attribute", ["trace"], 0),  # trace's hint: 'loadguard audit ... --repair': repaired, the re-audit clean
+        (
+            "tensor_attribute",
+            ["trace"],
+            0,
+        ),  # trace's hint: 'loadguard audit ... --repair': repaired, the re-audit clean
         ("v4_attn_mask", ["audit"], None),  # a failing import: its hint names --workaround NAME
     ],
 )

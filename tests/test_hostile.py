@@ -158,7 +158,9 @@ values = st.recursive(
         st.tuples(inner, inner),
         st.frozensets(hashable, max_size=3),
         st.sets(hashable, max_size=3),
-        st.dictionaries(st.one_of(st.text(max_size=4), st.integers(), st.tuples(st.integers(0, 2))), inner, max_size=3),
+        st.dictionaries(
+            st.one_of(st.text(max_size=4), st.integers(), st.tuples(st.integers(0, 2))), inner, max_size=3
+        ),
         st.builds(LlamaConfig, hidden_size=st.just(8), num_attention_heads=st.just(2), num_hidden_layers=st.just(1)),
     ),
     max_leaves=6,
@@ -217,8 +219,11 @@ def audited(run):
     return report
 
 
-@settings(max_examples=int(__import__("os").environ.get("LOADGUARD_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=int(__import__("os").environ.get("LOADGUARD_HYPOTHESIS_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(tree=st.lists(leaves, min_size=1, max_size=3), settings_=configs)
 def test_any_config_and_module_tree_ends_in_a_correct_audit_or_one_typed_error(tree, settings_):
     cls, config = build(tree, settings_)
@@ -237,7 +242,9 @@ def test_any_config_and_module_tree_ends_in_a_correct_audit_or_one_typed_error(t
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with loadguard.poison():
         try:
-            loaded = cls.from_pretrained(None, config=config, state_dict=state, use_kernels=False)  # 5.25 kernelize trips on such modules
+            loaded = cls.from_pretrained(
+                None, config=config, state_dict=state, use_kernels=False
+            )  # 5.25 kernelize trips on such modules
         except Exception as error:  # transformers itself refused this config: not loadguard's to judge
             loaded = None
             note = f"{type(error).__name__}: {error}"
@@ -264,9 +271,24 @@ def test_any_config_and_module_tree_ends_in_a_correct_audit_or_one_typed_error(t
 def test_v4_style_to_dict_returning_a_dtype_audits_and_scans():
     """The published case: a config whose to_dict is a deep copy of __dict__ returns dtype as a torch.dtype, and the
     reference cache keyed on its JSON made every audit and scan crash."""
-    cls, config = build([{"buffers": [("float", False, False)], "size": 3, "view_of_parameter": False, "subclass": False, "raising_getattr": False}],
-                        {"extras": {"x_sub": {1: {math.nan, "a"}}}, "to_dict_style": "v4_deepcopy", "no_model_type": False, "class_disagrees": False,
-                         "dtype_attribute": torch.float32})
+    cls, config = build(
+        [
+            {
+                "buffers": [("float", False, False)],
+                "size": 3,
+                "view_of_parameter": False,
+                "subclass": False,
+                "raising_getattr": False,
+            }
+        ],
+        {
+            "extras": {"x_sub": {1: {math.nan, "a"}}},
+            "to_dict_style": "v4_deepcopy",
+            "no_model_type": False,
+            "class_disagrees": False,
+            "dtype_attribute": torch.float32,
+        },
+    )
     with pytest.raises(TypeError):
         config.to_json_string()  # what used to be the cache key
     model = cls(config)
@@ -287,7 +309,7 @@ def test_the_reference_cache_key_needs_no_serializable_config():
     assert config_fingerprint(HostileConfig(extras={"x_loop": loop}))  # a cycle is walked once
 
 
-V4_TO_DICT = '''
+V4_TO_DICT = """
 
     def to_dict(self):  # what published v4-era configs do: a deep copy of __dict__ (dtype stays a torch.dtype)
         import copy
@@ -295,7 +317,7 @@ V4_TO_DICT = '''
         output = copy.deepcopy(self.__dict__)
         output["model_type"] = self.__class__.model_type
         return output
-'''
+"""
 
 
 @pytest.mark.parametrize("command", ["audit", "scan"])
@@ -311,16 +333,27 @@ def test_remote_code_config_with_a_v4_to_dict_through_the_cli(zoo_folder, tmp_pa
     configuration = folder / "configuration_lgtoy.py"
     configuration.write_text(configuration.read_text() + V4_TO_DICT)
     config = json.loads((folder / "config.json").read_text())
-    config.update({"x_nan": math.nan, "x_nested": {"1": [1, 2, {"a": None}]}})  # JSON Python writes: NaN is legal there
+    config.update(
+        {"x_nan": math.nan, "x_nested": {"1": [1, 2, {"a": None}]}}
+    )  # JSON Python writes: NaN is legal there
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(SystemExit) as info:
         main([command, str(folder), "--trust-remote-code", "--format", "json"])
     captured = capsys.readouterr()
     assert "unexpected" not in captured.err, captured.err
     document = json.loads(captured.out)
-    failing = sorted(f["tensor"] for f in document["findings"] if f["status"] in ("uninitialized", "on_meta", "mismatch", "overwritten"))
+    failing = sorted(
+        f["tensor"]
+        for f in document["findings"]
+        if f["status"] in ("uninitialized", "on_meta", "mismatch", "overwritten")
+    )
     if IS_V5:
-        assert info.value.code == 1 and failing == ["layers.0.attn.causal_mask", "layers.1.attn.causal_mask", "positions.index", "positions.table"]
+        assert info.value.code == 1 and failing == [
+            "layers.0.attn.causal_mask",
+            "layers.1.attn.causal_mask",
+            "positions.index",
+            "positions.table",
+        ]
     else:
         assert info.value.code == 0 and failing == []
 
@@ -329,7 +362,10 @@ def test_remote_code_config_with_a_v4_to_dict_through_the_cli(zoo_folder, tmp_pa
     "case, edit",
     [
         ("no model_type", lambda config: config.pop("model_type")),
-        ("auto_map to a missing class", lambda config: config["auto_map"].update(AutoModelForCausalLM="modeling_lgtoy.Nope")),
+        (
+            "auto_map to a missing class",
+            lambda config: config["auto_map"].update(AutoModelForCausalLM="modeling_lgtoy.Nope"),
+        ),
         ("architectures not a list", lambda config: config.update(architectures="LgToyForCausalLM")),
         ("auto_map not a dict", lambda config: config.update(auto_map=["modeling_lgtoy.LgToyForCausalLM"])),
     ],
@@ -351,6 +387,10 @@ def test_broken_config_json_is_one_error_and_a_hint(zoo_folder, tmp_path, case, 
         assert "unexpected" not in captured.err and "Traceback" not in captured.err, (case, command, captured.err)
         lines = [line for line in captured.err.splitlines() if line.strip() and not line.startswith("Loading ")]
         if info.value.code == 2:
-            assert len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("Hint: "), (case, command, captured.err)
+            assert len(lines) == 2 and lines[0].startswith("Error: ") and lines[1].startswith("Hint: "), (
+                case,
+                command,
+                captured.err,
+            )
         else:  # transformers coped with it: then it is an ordinary audit
             assert info.value.code in (0, 1), (case, command, captured.err)

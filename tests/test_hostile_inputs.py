@@ -28,7 +28,12 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 def _scan(folder, *extra) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadguard", "scan", str(folder), "--trust-remote-code", *extra], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "loadguard", "scan", str(folder), "--trust-remote-code", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -86,11 +91,21 @@ def test_a_corrupt_header_in_a_model_folder_is_never_clean(zoo_folder, tmp_path)
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    entries=st.lists(st.tuples(st.integers(-4, 64), st.integers(-4, 64), st.lists(st.integers(0, 4), max_size=3), st.sampled_from(["F32", "F16", "I64", "BOOL", "X9"])), max_size=4),
+    entries=st.lists(
+        st.tuples(
+            st.integers(-4, 64),
+            st.integers(-4, 64),
+            st.lists(st.integers(0, 4), max_size=3),
+            st.sampled_from(["F32", "F16", "I64", "BOOL", "X9"]),
+        ),
+        max_size=4,
+    ),
     extra=st.integers(0, 16),
 )
 def test_any_header_is_valid_or_one_checkpoint_error(entries, extra, tmp_path):
-    header = {f"t{i}": {"dtype": d, "shape": shape, "data_offsets": [b, e]} for i, (b, e, shape, d) in enumerate(entries)}
+    header = {
+        f"t{i}": {"dtype": d, "shape": shape, "data_offsets": [b, e]} for i, (b, e, shape, d) in enumerate(entries)
+    }
     path = tmp_path / "model.safetensors"
     raw = json.dumps(header).encode()
     ends = [max(b, e) for b, e, _, _ in entries] or [0]
@@ -113,12 +128,16 @@ def test_any_header_is_valid_or_one_checkpoint_error(entries, extra, tmp_path):
 # shard indexes
 
 
-@pytest.mark.parametrize("shard", ["../elsewhere/model-00001.safetensors", "/etc/hostname", "sub/model.safetensors", ".."])
+@pytest.mark.parametrize(
+    "shard", ["../elsewhere/model-00001.safetensors", "/etc/hostname", "sub/model.safetensors", ".."]
+)
 def test_an_index_naming_a_file_outside_its_folder_is_refused_before_reading_it(zoo_folder, tmp_path, shard):
     folder = tmp_path / "m"
     shutil.copytree(zoo_folder("clean"), folder)
     keys = list(Checkpoint.open(folder).keys())
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {key: shard for key in keys}}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {key: shard for key in keys}})
+    )
     (folder / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match="which is not a file name in") as info:
         Checkpoint.open(folder)
@@ -132,7 +151,12 @@ def test_an_index_naming_a_file_outside_its_folder_is_refused_before_reading_it(
 
 
 def test_bin_shapes_are_read_without_loading_and_equal_torch_load(tmp_path):
-    state = {"a": torch.zeros(2, 3), "b": torch.ones(4, dtype=torch.bfloat16), "c": torch.arange(5), "view": torch.zeros(4, 4)[1:, :2]}
+    state = {
+        "a": torch.zeros(2, 3),
+        "b": torch.ones(4, dtype=torch.bfloat16),
+        "c": torch.arange(5),
+        "view": torch.zeros(4, 4)[1:, :2],
+    }
     torch.save(state, tmp_path / "pytorch_model.bin")
     assert bin_header(tmp_path / "pytorch_model.bin") == {k: (tuple(v.shape), v.dtype) for k, v in state.items()}
 
@@ -153,7 +177,21 @@ def _hostile_bin(path: Path, numel_claimed: int, shape: tuple[int, ...], storage
             return None
 
     rebuild = _Global("torch._utils", "_rebuild_tensor_v2")
-    Pickler(buffer, protocol=2).dump({"huge": _Reduce(rebuild, (Storage(), 0, shape, tuple(1 for _ in shape), False, _Reduce(_Global("collections", "OrderedDict"), ())))})
+    Pickler(buffer, protocol=2).dump(
+        {
+            "huge": _Reduce(
+                rebuild,
+                (
+                    Storage(),
+                    0,
+                    shape,
+                    tuple(1 for _ in shape),
+                    False,
+                    _Reduce(_Global("collections", "OrderedDict"), ()),
+                ),
+            )
+        }
+    )
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl", buffer.getvalue())
         archive.writestr("archive/data/0", bytes(storage_bytes))
@@ -211,7 +249,9 @@ def test_a_bin_claiming_more_than_it_holds_is_refused_in_bounded_memory(zoo_fold
     result = subprocess.run([sys.executable, "-c", probe, str(folder)], capture_output=True, text=True, timeout=300)
     line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT"))
     _, code, base, children = line.split()
-    assert code == "2" and ("reaches past its storage" in result.stderr or "not a plain state dict" in result.stderr), result.stderr[-1500:]
+    assert code == "2" and (
+        "reaches past its storage" in result.stderr or "not a plain state dict" in result.stderr
+    ), result.stderr[-1500:]
     assert int(children) < int(base) + 500 * 1024, (base, children)  # kB: the scan's child added under 500 MB
 
 
@@ -219,8 +259,16 @@ def test_a_bin_claiming_more_than_it_holds_is_refused_in_bounded_memory(zoo_fold
 def test_a_cache_that_is_a_file_is_one_line_not_an_unexpected_error(zoo_folder, tmp_path, command):
     cache = tmp_path / "cache-is-a-file"
     cache.write_text("not a folder")
-    arguments = [sys.executable, "-m", "loadguard", *command] + ([str(zoo_folder("clean"))] if command[0] == "scan" else [])
-    result = subprocess.run(arguments, capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "LOADGUARD_CACHE": str(cache)})
+    arguments = [sys.executable, "-m", "loadguard", *command] + (
+        [str(zoo_folder("clean"))] if command[0] == "scan" else []
+    )
+    result = subprocess.run(
+        arguments,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "LOADGUARD_CACHE": str(cache)},
+    )
     assert result.returncode == 2, result.stderr[-1500:]
     assert "is not a writable folder" in result.stderr and "unexpected" not in result.stderr
     assert "Hint: set LOADGUARD_CACHE to a writable folder" in result.stderr
@@ -228,10 +276,20 @@ def test_a_cache_that_is_a_file_is_one_line_not_an_unexpected_error(zoo_folder, 
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(index=st.one_of(
-    st.dictionaries(st.text(max_size=8), st.one_of(st.text(max_size=12), st.integers(), st.none(), st.lists(st.text(max_size=4), max_size=2)), max_size=4).map(lambda m: {"weight_map": m}),
-    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=6)), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8),
-))
+@given(
+    index=st.one_of(
+        st.dictionaries(
+            st.text(max_size=8),
+            st.one_of(st.text(max_size=12), st.integers(), st.none(), st.lists(st.text(max_size=4), max_size=2)),
+            max_size=4,
+        ).map(lambda m: {"weight_map": m}),
+        st.recursive(
+            st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=6)),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+            max_leaves=8,
+        ),
+    )
+)
 def test_any_index_is_a_checkpoint_or_one_checkpoint_error_and_reads_nothing_outside(index, tmp_path_factory):
     root = tmp_path_factory.mktemp("index")
     folder = root / "model"

@@ -13,9 +13,14 @@ needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VER
 
 @needs_v5
 def test_repair_policy_returns_a_repaired_model_with_its_report(zoo_folder):
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds="auto")
+    model = loadguard.load(
+        "AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds="auto"
+    )
     # one rule: the report describes the model you hold (repaired, saying so); what the load left keeps its own name
-    assert model.loadguard_report.ok and "repaired by loadguard.repair: resampler.pos_embed" in model.loadguard_report.method
+    assert (
+        model.loadguard_report.ok
+        and "repaired by loadguard.repair: resampler.pos_embed" in model.loadguard_report.method
+    )
     assert [f.tensor for f in model.loadguard_report_as_loaded.failures] == ["resampler.pos_embed"]
     assert model.loadguard_report.workarounds == model.loadguard_report_as_loaded.workarounds != ()
     assert model.loadguard_repair.ok and model.loadguard_repair.repaired == ("resampler.pos_embed",)
@@ -25,7 +30,9 @@ def test_repair_policy_returns_a_repaired_model_with_its_report(zoo_folder):
 @needs_v5
 def test_raise_policy_lists_the_bad_tensors(zoo_folder):
     with pytest.raises(BrokenModelError) as info:
-        loadguard.load("AutoModelForCausalLM", zoo_folder("np_buffer"), trust_remote_code=True, poison=True, on_problem="raise")
+        loadguard.load(
+            "AutoModelForCausalLM", zoo_folder("np_buffer"), trust_remote_code=True, poison=True, on_problem="raise"
+        )
     assert "positions.table (uninitialized at " in str(info.value)
     assert "_init_weights" in info.value.hint
     assert not info.value.report.ok
@@ -34,7 +41,14 @@ def test_raise_policy_lists_the_bad_tensors(zoo_folder):
 @needs_v5
 def test_warn_policy_returns_the_model_as_loaded(zoo_folder):
     with pytest.warns(loadguard.LoadguardWarning, match="resampler.pos_embed"):
-        model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, on_problem="warn", workarounds="auto")
+        model = loadguard.load(
+            "AutoModelForCausalLM",
+            zoo_folder("minicpmv_like"),
+            trust_remote_code=True,
+            poison=True,
+            on_problem="warn",
+            workarounds="auto",
+        )
     assert torch.isnan(model.resampler.pos_embed).all()
 
 

@@ -15,9 +15,25 @@ from loadguard._scan import native
 
 from .conftest import IS_V5
 
-WIDTHS = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 96,
-          "max_position_embeddings": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "d_model": 32, "d_ff": 64,
-          "n_embd": 32, "n_head": 4, "n_positions": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+WIDTHS = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "vocab_size": 96,
+    "max_position_embeddings": 64,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "d_model": 32,
+    "d_ff": 64,
+    "n_embd": 32,
+    "n_head": 4,
+    "n_positions": 64,
+    "ffn_dim": 64,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+}
 
 
 def tiny(config) -> None:
@@ -47,7 +63,10 @@ def test_classes_and_shrink():
     everything = native.classes()
     causal = native.classes(tasks="*CAUSAL_LM*")
     assert len(everything) > 1000 and 100 < len(causal) < len(everything)
-    assert all(c.class_name.endswith(("ForCausalLM", "LMHeadModel", "Model", "ForConditionalGeneration")) or c.class_name for c in causal)
+    assert all(
+        c.class_name.endswith(("ForCausalLM", "LMHeadModel", "Model", "ForConditionalGeneration")) or c.class_name
+        for c in causal
+    )
     assert not any(c.class_name.endswith("Config") for c in everything)
     config = transformers.LlamaConfig(num_hidden_layers=32)
     assert native.shrink(config) == ["num_hidden_layers 32->2"] and config.num_hidden_layers == 2
@@ -55,7 +74,9 @@ def test_classes_and_shrink():
     assert set(native.shrink(mixtral)) == {"num_hidden_layers 8->2", "num_local_experts 8->4"}
 
 
-@pytest.mark.skipif(not hasattr(transformers, "ZayaForCausalLM"), reason=f"transformers {transformers.__version__} has no Zaya")
+@pytest.mark.skipif(
+    not hasattr(transformers, "ZayaForCausalLM"), reason=f"transformers {transformers.__version__} has no Zaya"
+)
 def test_zayas_unguarded_write_is_found_in_tree(capsys):
     """The in-tree defect: Zaya's _init_weights sets balancing_biases[-1] = -1.0 unguarded, so a checkpoint's last
     balancing bias is replaced on every load; the report names the line that wrote it."""
@@ -71,7 +92,10 @@ def test_zayas_unguarded_write_is_found_in_tree(capsys):
     with pytest.raises(SystemExit):
         main(["scan", "--native", "--match", "ZayaForCausalLM", "--format", "markdown"])
     report = capsys.readouterr().out
-    assert report.startswith("| class | tensor | status | what happens |") and "`model.layers.0.mlp.gate.balancing_biases`" in report
+    assert (
+        report.startswith("| class | tensor | status | what happens |")
+        and "`model.layers.0.mlp.gate.balancing_biases`" in report
+    )
 
 
 @pytest.mark.skipif(not IS_V5, reason="the differential runs on the pinned 5.x")
@@ -104,8 +128,10 @@ def _differential(tmp_path, wanted: int, stride: int | None) -> None:
         except Exception:
             continue  # its default config does not shrink this way: not a sample
         outcomes = []
-        for attempt in (lambda: loadguard.scan(copy.deepcopy(config), model_class=cls, keys="complete"),
-                        lambda: loadguard.load(cls, folder, poison=True, on_problem="warn")):
+        for attempt in (
+            lambda: loadguard.scan(copy.deepcopy(config), model_class=cls, keys="complete"),
+            lambda: loadguard.load(cls, folder, poison=True, on_problem="warn"),
+        ):
             try:
                 outcomes.append(attempt())
             except loadguard.LoadguardError as error:
@@ -118,7 +144,11 @@ def _differential(tmp_path, wanted: int, stride: int | None) -> None:
         predicted, loaded = outcomes
         audited = failing(loaded.loadguard_report_as_loaded)
         # a constant fill (zero_ of a padding row) onto what the checkpoint already holds is invisible to an audit
-        expected = {f.tensor: f.status for f in predicted.failures if not (CONSTANT_FILL_NOTE in f.detail and f.tensor not in audited)}
+        expected = {
+            f.tensor: f.status
+            for f in predicted.failures
+            if not (CONSTANT_FILL_NOTE in f.detail and f.tensor not in audited)
+        }
         assert expected == audited, candidate.label
         agreed.append(candidate.label)
     assert len(agreed) >= wanted - (2 if wanted > 10 else 0), (len(agreed), tried)
@@ -130,7 +160,11 @@ def test_match_takes_globs_and_substrings_as_users_type_them():
     assert matches("LlamaForCausalLM", "ForCausalLM") and matches("LlamaForCausalLM", "*ForCausalLM")
     assert not matches("LlamaModel", "ForCausalLM") and not matches("LlamaForCausalLM", "ForCausalLM*")
     causal = {c.class_name for c in classes("ForCausalLM")}
-    assert causal == {c.class_name for c in classes("*ForCausalLM*")} and "LlamaForCausalLM" in causal and len(causal) > 100
+    assert (
+        causal == {c.class_name for c in classes("*ForCausalLM*")}
+        and "LlamaForCausalLM" in causal
+        and len(causal) > 100
+    )
 
 
 def test_env_names_the_torch_build(capsys):

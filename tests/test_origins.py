@@ -67,12 +67,22 @@ def _line(folder: Path, location: str) -> str:
 
 
 @needs_v5
-@pytest.mark.parametrize(("name", "expected"), [
-    ("np_buffer", {"positions.index": 'register_buffer("index"', "positions.table": 'register_buffer("table"', "layers.0.attn.causal_mask": "register_buffer("}),
-    ("tensor_attribute", {"positions.inv_freq": "self.inv_freq ="}),
-    ("missing_key", {"logit_scale": "logit_scale"}),
-    ("overwritten", {"lm_head.weight": "normal_("}),  # the line that wrote it after loading, not where it was made
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (
+            "np_buffer",
+            {
+                "positions.index": 'register_buffer("index"',
+                "positions.table": 'register_buffer("table"',
+                "layers.0.attn.causal_mask": "register_buffer(",
+            },
+        ),
+        ("tensor_attribute", {"positions.inv_freq": "self.inv_freq ="}),
+        ("missing_key", {"logit_scale": "logit_scale"}),
+        ("overwritten", {"lm_head.weight": "normal_("}),  # the line that wrote it after loading, not where it was made
+    ],
+)
 def test_audit_and_scan_locate_findings_in_the_models_folder(zoo_folder, name, expected):
     folder = Path(zoo_folder(name))
     with loadguard.poison():  # leftover memory never passes for a value (a freed copy of the right arange did once)
@@ -84,7 +94,9 @@ def test_audit_and_scan_locate_findings_in_the_models_folder(zoo_folder, name, e
         for tensor, text in expected.items():
             assert located[tensor] is not None and not located[tensor].startswith("/"), (report.mode, tensor)
             assert text in _line(folder, located[tensor]), (report.mode, tensor, located[tensor])
-        assert all(f.to_dict()["location"] == f.location and f.to_dict()["module"] == f.module for f in report.findings)
+        assert all(
+            f.to_dict()["location"] == f.location and f.to_dict()["module"] == f.module for f in report.findings
+        )
 
 
 @needs_v5

@@ -10,7 +10,9 @@ import torch
 
 from loadguard._files.pages import PageOracle
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page state is read from Linux's /proc/self/pagemap")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="page state is read from Linux's /proc/self/pagemap"
+)
 
 
 @pytest.fixture

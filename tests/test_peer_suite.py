@@ -20,11 +20,34 @@ SUITE = Path(__file__).resolve().parent.parent / "examples" / "peer_suite"
 def run_suite(tmp_path, name: str, *options: str, broken: bool = False) -> dict:
     """The suite in a fresh pytest process: {test id: outcome}, the loads it made and the plugin's summary."""
     junit, count = tmp_path / f"{name}.xml", tmp_path / f"{name}.count"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LOADGUARD_PEER_COUNT": str(count), "LOADGUARD_PEER_BROKEN": "1" if broken else "0"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "LOADGUARD_PEER_COUNT": str(count),
+        "LOADGUARD_PEER_BROKEN": "1" if broken else "0",
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--junitxml", str(junit),
-         "--basetemp", str(tmp_path / f"{name}-tmp"), *options],
-        capture_output=True, text=True, env=env, cwd=SUITE, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITE),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-q",
+            "--junitxml",
+            str(junit),
+            "--basetemp",
+            str(tmp_path / f"{name}-tmp"),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=SUITE,
+        timeout=600,
     )
     outcomes = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
@@ -58,7 +81,10 @@ def test_the_plugin_counts_every_load_and_names_each(runs):
         assert f": {run['loads']} model load(s) audited" in run["stdout"], run["stdout"][-2000:]
         summary = run["stdout"].split(" loadguard ", 1)[1]
         assert "\n  None:" not in summary  # a state dict with no folder is named by its class
-        assert "\n  LlamaForCausalLM: 1 load(s), 0 broken; not run: checkpoint_fidelity, missing_key (no checkpoint folder" in summary
+        assert (
+            "\n  LlamaForCausalLM: 1 load(s), 0 broken; not run: checkpoint_fidelity, missing_key (no checkpoint folder"
+            in summary
+        )
         assert "initialized on request" in summary  # heads from base checkpoints, ignored size mismatches
 
 
@@ -70,6 +96,9 @@ def test_a_model_that_really_loads_broken_still_fails(tmp_path):
     if not IS_V5:  # transformers 4.x keeps the buffers, but moves a missing key off meta with empty_like too
         assert differing == {"test_a_missing_scalar_nothing_initializes_loads_broken"}
     else:
-        assert differing == {"test_a_model_that_really_loads_broken", "test_a_missing_scalar_nothing_initializes_loads_broken"}
+        assert differing == {
+            "test_a_model_that_really_loads_broken",
+            "test_a_missing_scalar_nothing_initializes_loads_broken",
+        }
         assert "positions.table (" in guarded["stdout"]  # uninitialized or mismatch: whatever memory the load got
         assert "logit_scale (uninitialized" in guarded["stdout"]  # no poison: what initialization did decides

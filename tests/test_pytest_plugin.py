@@ -12,7 +12,9 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION
 
 pytest_plugins = ["pytester"]
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "engine_suite"
-needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break the example model")
+needs_v5 = pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break the example model"
+)
 
 
 @pytest.fixture
@@ -35,13 +37,22 @@ def test_repair_makes_every_case_pass_and_summarizes(suite):
 
     result = suite.runpytest_subprocess("--loadguard=repair", "--strict-markers")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*loadguard*", "*policy repair, poison on: 6 model load(s) audited*"])  # poisoned as the CLI's loads
+    result.stdout.fnmatch_lines(
+        ["*loadguard*", "*policy repair, poison on: 6 model load(s) audited*"]
+    )  # poisoned as the CLI's loads
     # every broken one was repaired
     line = re.search(r"6 load\(s\), (\d) broken(?: \(resampler.pos_embed\), (\d) repaired)?", result.stdout.str())
     assert line is not None and (line.group(1) == "0" or line.group(1) == line.group(2))
-    result = suite.runpytest_subprocess("--loadguard=repair", "--loadguard-poison", "--strict-markers")  # every load broken
+    result = suite.runpytest_subprocess(
+        "--loadguard=repair", "--loadguard-poison", "--strict-markers"
+    )  # every load broken
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*policy repair, poison on: 6 model load(s) audited*", "*6 load(s), 6 broken (resampler.pos_embed), 6 repaired*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*policy repair, poison on: 6 model load(s) audited*",
+            "*6 load(s), 6 broken (resampler.pos_embed), 6 repaired*",
+        ]
+    )
 
 
 @needs_v5
@@ -119,7 +130,9 @@ def test_marker_workarounds_and_strict_stale(suite):
                 raise AssertionError("a still-broken model reached the test body")
         """
     )
-    result = suite.runpytest_subprocess("test_marked.py", "--loadguard=fail", "--loadguard-poison", "--strict-markers", "-rN")
+    result = suite.runpytest_subprocess(
+        "test_marked.py", "--loadguard=fail", "--loadguard-poison", "--strict-markers", "-rN"
+    )
     result.assert_outcomes(passed=2, failed=4)
     out = result.stdout.str()
     assert "StaleWorkaroundError" in out and "preserves resampler.pos_embed" in out
@@ -152,11 +165,16 @@ def test_a_load_that_fails_like_v4_code_names_the_marker_that_fixes_it(suite):
             assert "rotary.inv_freq" in {f.tensor for f in loadguard_report[0].failures}
         """
     )
-    result = suite.runpytest_subprocess("test_v4.py", "--loadguard=warn", "--loadguard-poison", "-rN", "-p", "no:warnings")
+    result = suite.runpytest_subprocess(
+        "test_v4.py", "--loadguard=warn", "--loadguard-poison", "-rN", "-p", "no:warnings"
+    )
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     assert "KeyError: 'type'" in out
-    assert "loadguard: known failure of code written for older transformers/torch: mark the test @pytest.mark.loadguard(workarounds=['v4-rope-scaling'])" in out
+    assert (
+        "loadguard: known failure of code written for older transformers/torch: mark the test @pytest.mark.loadguard(workarounds=['v4-rope-scaling'])"
+        in out
+    )
     assert "mark the test @pytest.mark.loadguard(workarounds=['v4-torch-fx-available']) (or workarounds='auto')" in out
 
 
@@ -216,7 +234,9 @@ def test_plugin_costs_nothing_in_a_run_without_transformers_and_patches_it_when_
             assert PreTrainedModel.from_pretrained.__func__.__code__.co_filename.endswith("pytest_plugin/_hook.py")
         """
     )
-    result = pytester.runpytest_subprocess("--loadguard=fail", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:anyio", "-p", "no:hypothesispytest")
+    result = pytester.runpytest_subprocess(
+        "--loadguard=fail", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:anyio", "-p", "no:hypothesispytest"
+    )
     result.assert_outcomes(passed=2)
 
 
@@ -315,7 +335,9 @@ def test_record_runs_per_process_or_merged():
 def test_xdist_workers_report_their_loads_to_the_summary_and_record(suite):
     record = suite.path / "record.json"
     # under poison: without it a load can by chance get a freed copy of the right table (seen in a fresh-clone run)
-    result = suite.runpytest_subprocess("--loadguard=repair", "--loadguard-poison", "-n", "2", "-k", "small", f"--loadguard-record={record}")
+    result = suite.runpytest_subprocess(
+        "--loadguard=repair", "--loadguard-poison", "-n", "2", "-k", "small", f"--loadguard-record={record}"
+    )
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [  # each worker builds its own copy of the model (per-worker temp folders)
@@ -336,7 +358,15 @@ def test_repeat_summary_locates_the_first_difference():
     runs = [
         {"t": {"outcome": "passed", "fingerprint": "a", "tokens": [[1, 2, 3]], "message": "", "findings": []}},
         {"t": {"outcome": "passed", "fingerprint": "a", "tokens": [[1, 2, 3]], "message": "", "findings": []}},
-        {"t": {"outcome": "failed", "fingerprint": "b", "tokens": [[1, 2, 9]], "message": "AssertionError", "findings": []}},
+        {
+            "t": {
+                "outcome": "failed",
+                "fingerprint": "b",
+                "tokens": [[1, 2, 9]],
+                "message": "AssertionError",
+                "findings": [],
+            }
+        },
     ]
     (summary,) = summarize(runs).values()
     assert summary["pass_rate"] == 2 / 3 and summary["distinct_outcomes"] == 2
@@ -404,7 +434,9 @@ def test_repeat_keeps_node_ids_and_fingerprints_a_failure_by_what_it_is(pytester
         main(["repeat", "-n", "3", "--format", "json", "--", str(pytester.path)])
     tests = json.loads(capsys.readouterr().out)["tests"]
     names = sorted(nodeid.partition("::")[2] for nodeid in tests)
-    assert names == sorted(["test_fails_with_a_new_message_each_run"] + [f"test_ids[{c}]" for c in ("case-1", "a b", "x::y", "[z]")])
+    assert names == sorted(
+        ["test_fails_with_a_new_message_each_run"] + [f"test_ids[{c}]" for c in ("case-1", "a b", "x::y", "[z]")]
+    )
     failing = next(t for nodeid, t in tests.items() if nodeid.endswith("each_run"))
     assert failing["passed"] == 0 and failing["distinct_outcomes"] == 1 and len(set(failing["fingerprints"])) == 1
     from loadguard.cli.repeat import test_name
@@ -438,7 +470,10 @@ def test_a_fixture_checks_without_any_command_line_flag(pytester):
     result = pytester.runpytest_subprocess("--loadguard-poison", "-rN", "-p", "no:cacheprovider")
     if IS_V5:
         result.assert_outcomes(passed=2, failed=1)
-        assert "test_broken_load_fails" in result.stdout.str() and "positions.table (uninitialized at " in result.stdout.str()
+        assert (
+            "test_broken_load_fails" in result.stdout.str()
+            and "positions.table (uninitialized at " in result.stdout.str()
+        )
     else:
         result.assert_outcomes(passed=3)
 
@@ -450,6 +485,8 @@ def test_a_failure_without_a_message_is_reported_not_an_internal_error(pytester)
             next(iter(()))
         """
     )
-    result = pytester.runpytest_subprocess("--loadguard=fail", "--loadguard-record=record.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "--loadguard=fail", "--loadguard-record=record.json", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(failed=1)
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

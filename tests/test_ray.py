@@ -21,7 +21,10 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION
 from .conftest import run_cli as _cli
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: make test-ray installs it")
-pytestmark = [pytest.mark.ray, pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads"),
+]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,7 +37,9 @@ def _sessions_processes(sessions: set[int]) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[3]) in sessions and fields[0] != "Z":  # field 6 of stat: the session id; a zombie is already dead
+            if (
+                int(fields[3]) in sessions and fields[0] != "Z"
+            ):  # field 6 of stat: the session id; a zombie is already dead
                 found.append(int(entry.name))
     return found
 
@@ -50,17 +55,38 @@ def cluster():
     settings = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     saved = {key: os.environ.get(key) for key in settings}
     os.environ.update(settings)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     env.pop("RAY_ADDRESS", None)
     commands = [
-        [ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", '--resources={"head": 1}', "--include-dashboard=false",
-         "--disable-usage-stats", f"--temp-dir={temp}"],
-        [ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", '--resources={"second": 1}', "--disable-usage-stats"],
+        [
+            ray_bin,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            '--resources={"head": 1}',
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        [
+            ray_bin,
+            "start",
+            f"--address=127.0.0.1:{port}",
+            "--num-cpus=1",
+            '--resources={"second": 1}',
+            "--disable-usage-stats",
+        ],
     ]
     sessions: set[int] = set()
     try:
         for command in commands:
-            started = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            started = subprocess.Popen(
+                command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
             sessions.add(started.pid)
             output, _ = started.communicate(timeout=120)
             assert started.returncode == 0, output[-2000:]
@@ -98,10 +124,22 @@ def test_a_fleet_on_ray_gives_the_local_rows_and_exit_code(cluster, capsys, zoo_
     listing = tmp_path / "models.txt"
     listing.write_text("".join(f"{zoo_folder(name)}\n" for name in names))
     local = _cli(capsys, "scan", "--from", str(listing), "--trust-remote-code", "--format", "json")
-    on_ray = _cli(capsys, "scan", "--from", str(listing), "--trust-remote-code", "--format", "json", "--executor", f"ray:{cluster}")
+    on_ray = _cli(
+        capsys,
+        "scan",
+        "--from",
+        str(listing),
+        "--trust-remote-code",
+        "--format",
+        "json",
+        "--executor",
+        f"ray:{cluster}",
+    )
     assert local[0] == on_ray[0] == 1
     assert local[1] == on_ray[1]  # the same JSON rows, byte for byte (no timings without --timings)
-    assert "Connecting to existing Ray cluster" not in on_ray[2] and "Token authentication" not in on_ray[2]  # Ray's log lines kept back
+    assert (
+        "Connecting to existing Ray cluster" not in on_ray[2] and "Token authentication" not in on_ray[2]
+    )  # Ray's log lines kept back
     assert [json.loads(line)["ok"] for line in on_ray[1].splitlines()] == [False, True, False, False]
 
 
@@ -148,25 +186,64 @@ def test_resume_on_ray_scans_only_the_rest(cluster, capsys, zoo_folder, tmp_path
     code, out, _ = _cli(capsys, "scan", first, "--trust-remote-code", "--format", "json")
     marked = {**json.loads(out), "model_class": "from-the-first-run"}  # a rescan would not keep this
     resume.write_text(json.dumps(marked) + "\n")
-    code, out, err = _cli(capsys, "scan", first, second, "--trust-remote-code", "--format", "json", "--resume", str(resume),
-                          "--executor", f"ray:{cluster}")
+    code, out, err = _cli(
+        capsys,
+        "scan",
+        first,
+        second,
+        "--trust-remote-code",
+        "--format",
+        "json",
+        "--resume",
+        str(resume),
+        "--executor",
+        f"ray:{cluster}",
+    )
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["model"] for r in rows] == [first, second] and rows[0]["model_class"] == "from-the-first-run"
     assert rows[1]["ok"] is False and code == 1 and "1 to go" in err
     assert len(resume.read_text().splitlines()) == 2
 
 
-@pytest.mark.skipif(shutil.which("uv", path=str(Path(sys.executable).parent)) is None and shutil.which("uv") is None, reason="the matrix needs uv")
+@pytest.mark.skipif(
+    shutil.which("uv", path=str(Path(sys.executable).parent)) is None and shutil.which("uv") is None,
+    reason="the matrix needs uv",
+)
 def test_a_two_version_matrix_on_the_cluster_and_its_diff(cluster, capsys, zoo_folder):
     broken, clean = str(zoo_folder("np_buffer")), str(zoo_folder("clean"))
-    code, out, err = _cli(capsys, "matrix", broken, clean, "--transformers", "4.57.6,5.25.0", "--trust-remote-code",
-                          "--executor", f"ray:{cluster}", "--format", "json")
+    code, out, err = _cli(
+        capsys,
+        "matrix",
+        broken,
+        clean,
+        "--transformers",
+        "4.57.6,5.25.0",
+        "--trust-remote-code",
+        "--executor",
+        f"ray:{cluster}",
+        "--format",
+        "json",
+    )
     document = json.loads(out)
     verdicts = {(c["model"], c["transformers"]): c for c in document["cells"]}
-    assert verdicts[(broken, "4.57.6")]["status"] == "clean" and verdicts[(broken, "5.25.0")]["status"] == "findings", err
+    assert (
+        verdicts[(broken, "4.57.6")]["status"] == "clean" and verdicts[(broken, "5.25.0")]["status"] == "findings"
+    ), err
     assert all(c["ran_with"]["transformers"] == c["transformers"] for c in document["cells"])
-    code, out, err = _cli(capsys, "matrix", broken, clean, "--diff", "4.57.6", "5.25.0", "--trust-remote-code",
-                          "--executor", f"ray:{cluster}", "--format", "json")
+    code, out, err = _cli(
+        capsys,
+        "matrix",
+        broken,
+        clean,
+        "--diff",
+        "4.57.6",
+        "5.25.0",
+        "--trust-remote-code",
+        "--executor",
+        f"ray:{cluster}",
+        "--format",
+        "json",
+    )
     changes = {c["model"]: c["change"] for c in json.loads(out)["changes"]}
     assert code == 1 and changes == {broken: "new failure", clean: "unchanged"}, out
 
@@ -189,9 +266,32 @@ def test_a_native_sweep_on_ray_gives_the_local_rows(cluster, capsys):
 
 def test_a_bisect_step_and_a_native_matrix_run_as_tasks(cluster, capsys, zoo_folder):
     broken = str(zoo_folder("np_buffer"))
-    code, out, err = _cli(capsys, "matrix", broken, "--bisect", "4.57.6", "5.0.0", "--trust-remote-code", "--executor", f"ray:{cluster}", "--format", "json")
+    code, out, err = _cli(
+        capsys,
+        "matrix",
+        broken,
+        "--bisect",
+        "4.57.6",
+        "5.0.0",
+        "--trust-remote-code",
+        "--executor",
+        f"ray:{cluster}",
+        "--format",
+        "json",
+    )
     assert json.loads(out)["bisections"][0]["first_changed"] == "5.0.0", err
-    code, out, err = _cli(capsys, "matrix", "--native", "--transformers", "4.57.6,5.25.0", "--match", "LlamaForCausalLM", "--executor", f"ray:{cluster}",
-                          "--format", "json")
+    code, out, err = _cli(
+        capsys,
+        "matrix",
+        "--native",
+        "--transformers",
+        "4.57.6,5.25.0",
+        "--match",
+        "LlamaForCausalLM",
+        "--executor",
+        f"ray:{cluster}",
+        "--format",
+        "json",
+    )
     document = json.loads(out)
     assert document["transformers"] == ["4.57.6", "5.25.0"] and not document["errors"], err

@@ -14,7 +14,21 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-PAGES = ["audit", "fix", "pytest", "workarounds", "scan", "hub", "matrix", "ray", "findings", "trust", "zoo", "contributing", "architecture"]
+PAGES = [
+    "audit",
+    "fix",
+    "pytest",
+    "workarounds",
+    "scan",
+    "hub",
+    "matrix",
+    "ray",
+    "findings",
+    "trust",
+    "zoo",
+    "contributing",
+    "architecture",
+]
 DOCS = README + "".join((ROOT / "docs" / f"{page}.md").read_text() for page in PAGES)  # in reading order
 # a Python block the test runs is preceded by <!-- readme-test: path=ZOO_ENTRY -->: the model `path` names
 PYTHON_BLOCKS = re.findall(r"<!-- readme-test: path=(\w+) -->\n```python\n(.*?)```", DOCS, re.S)
@@ -40,11 +54,20 @@ def engine_namespace(zoo_folder):
 
     folder = zoo_folder("minicpmv_like")
     prompts, images = default_cases(folder)
-    engine = HfRunner.from_model(eager_load(folder, trust_remote_code=True, workarounds="auto"), AutoProcessor.from_pretrained(folder, trust_remote_code=True))
-    return {"prompts": prompts, "images": images, "engine_outputs": engine.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)}
+    engine = HfRunner.from_model(
+        eager_load(folder, trust_remote_code=True, workarounds="auto"),
+        AutoProcessor.from_pretrained(folder, trust_remote_code=True),
+    )
+    return {
+        "prompts": prompts,
+        "images": images,
+        "engine_outputs": engine.generate_greedy_logprobs_limit(prompts, 8, 5, images=images),
+    }
 
 
-@pytest.mark.skipif(not IS_V5, reason=f"the examples audit loads that transformers {TRANSFORMERS_VERSION} does not break")
+@pytest.mark.skipif(
+    not IS_V5, reason=f"the examples audit loads that transformers {TRANSFORMERS_VERSION} does not break"
+)
 def test_python_blocks_run_as_written(zoo_folder, engine_namespace, capsys):
     """In order, in one session (as a reader pastes them), each with the model its marker names as ``path``."""
     namespace = dict(engine_namespace)
@@ -58,7 +81,9 @@ def test_python_blocks_run_as_written(zoo_folder, engine_namespace, capsys):
     assert all(len(ids) == 8 for ids, _, _ in namespace["hf_outputs"])
 
 
-BASH = [line for block in re.findall(r"```bash\n(.*?)```", README, re.S) for line in block.splitlines() if line.strip()]
+BASH = [
+    line for block in re.findall(r"```bash\n(.*?)```", README, re.S) for line in block.splitlines() if line.strip()
+]
 COMMANDS = [line.split("  #")[0].strip() for line in BASH if line.startswith("loadguard ")]
 
 
@@ -99,7 +124,9 @@ EXIT = {
 }
 
 
-@pytest.mark.skipif(not IS_V5, reason=f"the commands audit loads that transformers {TRANSFORMERS_VERSION} does not break")
+@pytest.mark.skipif(
+    not IS_V5, reason=f"the commands audit loads that transformers {TRANSFORMERS_VERSION} does not break"
+)
 def test_command_lines_run_as_written(tmp_path, monkeypatch, capsys, compat_cache):
     """Each command, in order, in a fresh folder (models.txt lists ./my-model): exit codes as the README says."""
     from loadguard.cli import main
@@ -115,7 +142,12 @@ def test_command_lines_run_as_written(tmp_path, monkeypatch, capsys, compat_cach
         codes[line] = info.value.code
         assert "unexpected" not in captured.err and "Traceback" not in captured.err, (line, captured.err)
         if line == "loadguard audit ./my-model --trust-remote-code":
-            first = zoo.get("minicpmv_like").needed_workarounds[0]  # what the v4-era code meets first on these versions
-            assert f"Hint: known failure of code written for older transformers/torch: run again with --workaround {first}" in captured.err
+            first = zoo.get("minicpmv_like").needed_workarounds[
+                0
+            ]  # what the v4-era code meets first on these versions
+            assert (
+                f"Hint: known failure of code written for older transformers/torch: run again with --workaround {first}"
+                in captured.err
+            )
     assert codes == EXIT
     assert zoo.entry_of(tmp_path / "my-model").name == "minicpmv_like"

@@ -11,7 +11,15 @@ from loadguard import zoo
 from .conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load
 
 pytestmark = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not break these loads")
-REPAIRABLE = ["minicpmv_like", "np_buffer", "np_buffer_in_checkpoint", "shared_buffer", "overwritten", "sharded", "tensor_attribute"]
+REPAIRABLE = [
+    "minicpmv_like",
+    "np_buffer",
+    "np_buffer_in_checkpoint",
+    "shared_buffer",
+    "overwritten",
+    "sharded",
+    "tensor_attribute",
+]
 
 
 @pytest.mark.parametrize("name", REPAIRABLE)

@@ -17,8 +17,20 @@ needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VER
 def _tiny_clip():
     from transformers import CLIPConfig, CLIPModel
 
-    text = dict(vocab_size=99, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=20, bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
+    text = dict(
+        vocab_size=99,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=20,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
+    )
     return CLIPModel, CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)
 
 
@@ -39,7 +51,11 @@ def _state(model):
 def test_a_replay_sees_what_initialization_writes_and_changes_nothing(tmp_path):
     cls, config = _tiny_clip()
     model, _ = _load_without(cls, config, tmp_path, ["logit_scale", "text_projection.weight"])
-    before, rng, flags = _state(model), torch.get_rng_state(), {id(m): vars(m).get("_is_hf_initialized") for m in model.modules()}
+    before, rng, flags = (
+        _state(model),
+        torch.get_rng_state(),
+        {id(m): vars(m).get("_is_hf_initialized") for m in model.modules()},
+    )
     parameters = {name: p for name, p in model.named_parameters()}
     replay = _replay.initialization(model, ["logit_scale", "text_projection.weight"])
     assert replay.error is None and replay.wrote("text_projection.weight")
@@ -64,8 +80,14 @@ def test_transformers_calls_clips_missing_logit_scale_initialized_and_nothing_wr
     report = audit(model, loading_info=info)
     by_name = {f.tensor: f for f in report.findings}
     assert by_name["logit_scale"].status == "uninitialized" and by_name["logit_scale"].failing
-    assert "transformers reports it newly initialized (missing_keys), but nothing wrote it" in by_name["logit_scale"].detail
-    assert by_name["text_projection.weight"].status == "initialized" and "modeling_clip.py:" in by_name["text_projection.weight"].detail
+    assert (
+        "transformers reports it newly initialized (missing_keys), but nothing wrote it"
+        in by_name["logit_scale"].detail
+    )
+    assert (
+        by_name["text_projection.weight"].status == "initialized"
+        and "modeling_clip.py:" in by_name["text_projection.weight"].detail
+    )
     assert [f.tensor for f in report.failures] == ["logit_scale"]
     # without loading info (a user's own from_pretrained), the same verdict: the init pass ran on this model
     assert [f.tensor for f in audit(model).failures] == ["logit_scale"]
@@ -75,18 +97,25 @@ def test_transformers_calls_clips_missing_logit_scale_initialized_and_nothing_wr
 def test_the_zoo_scalar_nothing_initializes_fails_whatever_value_it_holds(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    model, info = AutoModelForCausalLM.from_pretrained(zoo.build("missing_key", tmp_path / "m"), trust_remote_code=True, output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(
+        zoo.build("missing_key", tmp_path / "m"), trust_remote_code=True, output_loading_info=True
+    )
     for plausible in (0.0, 1.3862943649291992):  # zeros, or exactly the constructor's log(4)
         with torch.no_grad():
             model.logit_scale.fill_(plausible)
         (finding,) = audit(model, loading_info=info).failures
-        assert (finding.tensor, finding.status) == ("logit_scale", "uninitialized") and "nothing wrote it" in finding.detail
+        assert (finding.tensor, finding.status) == (
+            "logit_scale",
+            "uninitialized",
+        ) and "nothing wrote it" in finding.detail
 
 
 def test_a_head_loaded_from_a_base_checkpoint_is_initialized_where_seen_written(tmp_path):
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-    config = BertConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_labels=3)
+    config = BertConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_labels=3
+    )
     BertModel(config).save_pretrained(tmp_path)
     model, info = BertForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
     report = audit(model, loading_info=info)

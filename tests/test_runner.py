@@ -52,7 +52,9 @@ def test_eager_twin_equals_the_model_as_built(zoo_folder):
 @needs_v5
 def test_broken_reference_fails_against_eager_deterministically(zoo_folder, cases, eager_outputs):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="off", poison=True) as hf:
+    with HfRunner(
+        zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="off", poison=True
+    ) as hf:
         assert hf.report is None
         broken = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
     assert all(text == "!!!!!!!!" for _, text, _ in broken)
@@ -68,9 +70,13 @@ def test_repair_policy_makes_the_reference_agree(zoo_folder, cases, eager_output
         outputs = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
         greedy = hf.generate_greedy(prompts, 8, images=images)
     assert hf.model is None  # freed on exit
-    result = check_logprobs_close(outputs_0_lst=outputs, outputs_1_lst=eager_outputs, name_0="hf", name_1="eager", check_lengths=True)
+    result = check_logprobs_close(
+        outputs_0_lst=outputs, outputs_1_lst=eager_outputs, name_0="hf", name_1="eager", check_lengths=True
+    )
     assert result.ok and all(p.divergence is None for p in result.prompts)
-    check_outputs_equal(outputs_0_lst=greedy, outputs_1_lst=[(i, t) for i, t, _ in eager_outputs], name_0="hf", name_1="eager")
+    check_outputs_equal(
+        outputs_0_lst=greedy, outputs_1_lst=[(i, t) for i, t, _ in eager_outputs], name_0="hf", name_1="eager"
+    )
 
 
 def test_fixed_variant_agrees_without_repair(zoo_folder, cases, eager_outputs):
@@ -78,7 +84,9 @@ def test_fixed_variant_agrees_without_repair(zoo_folder, cases, eager_outputs):
     with HfRunner(zoo_folder("minicpmv_like_fixed"), trust_remote_code=True, workarounds="auto", audit="raise") as hf:
         assert hf.report.ok and hf.repair is None
         outputs = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
-    check_logprobs_close(outputs_0_lst=outputs, outputs_1_lst=eager_outputs, name_0="fixed", name_1="eager", check_lengths=True)
+    check_logprobs_close(
+        outputs_0_lst=outputs, outputs_1_lst=eager_outputs, name_0="fixed", name_1="eager", check_lengths=True
+    )
 
 
 def test_logprobs_are_float32_log_softmax_of_hidden_times_embedding(zoo_folder, cases):
@@ -107,7 +115,9 @@ def test_raise_policy_and_patches(zoo_folder):
         runner.patched = True
         return runner
 
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", poison=True, patches=[patch]) as hf:
+    with HfRunner(
+        zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", poison=True, patches=[patch]
+    ) as hf:
         assert hf.patched and seen == [False]
     with pytest.raises(TypeError, match="must return the runner"):
         HfRunner(zoo_folder("clean"), trust_remote_code=True, patches=[lambda r: None])
@@ -117,7 +127,7 @@ def test_raise_policy_and_patches(zoo_folder):
 
 def test_text_model_generate(zoo_folder):
     with HfRunner(zoo_folder("clean"), trust_remote_code=True) as hf:
-        (ids, text), = hf.generate_greedy(["describe what you see ."], 5)
+        ((ids, text),) = hf.generate_greedy(["describe what you see ."], 5)
         assert len(ids) == 5 and isinstance(text, str)
         with pytest.raises(InvalidOptionError, match="no image processor"):
             hf.generate_greedy(["x"], 2, images=[[object()]])
@@ -127,7 +137,9 @@ def test_minilm_embeddings_rank_a_paraphrase_first(minilm_folder):
     with HfRunner(minilm_folder) as hf:
         assert hf.report.ok
         anchor, paraphrase, unrelated = torch.tensor(
-            hf.encode(["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."])
+            hf.encode(
+                ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell sharply today."]
+            )
         )
     assert float(anchor @ paraphrase) > 0.7 > float(anchor @ unrelated) + 0.5
     assert abs(float(anchor.norm()) - 1.0) < 1e-5
@@ -136,7 +148,9 @@ def test_minilm_embeddings_rank_a_paraphrase_first(minilm_folder):
 @needs_v5
 def test_trace_names_the_resampler(zoo_folder, cases):
     prompts, images = cases
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="off", poison=True) as hf:
+    with HfRunner(
+        zoo_folder("minicpmv_like"), trust_remote_code=True, workarounds="auto", audit="off", poison=True
+    ) as hf:
         result = loadguard.trace(hf.model, run=lambda: hf.generate_greedy(prompts[:1], 1, images=images[:1]))
     assert result.module == "resampler.attn" and result.module_class == "MultiheadAttention"
     assert result.tensors == ("resampler.pos_embed",) and result.inputs
@@ -151,7 +165,10 @@ def test_trace_of_a_healthy_model_is_finite(zoo_folder, cases):
 
 
 SEED_SIZES = {"small": (24, 40), "medium": (32, 32), "large": (64, 48)}  # the example suite's; large is sliced
-SEED_PROMPTS = {"single": "(<image>./</image>) describe what you see .", "multi": "(<image>./</image>) (<image>./</image>) what do you see ?"}
+SEED_PROMPTS = {
+    "single": "(<image>./</image>) describe what you see .",
+    "multi": "(<image>./</image>) (<image>./</image>) what do you see ?",
+}
 
 
 def seed_cases():
@@ -180,7 +197,9 @@ def test_done_when_the_six_seed_cases_run_through_the_runner(zoo_folder):
             # the model's own generate, as MiniCPM-V 2.6 is called: new tokens only, and each one its step's argmax
             inputs = hf._inputs(prompts[4], images[4])
             inputs.pop("image_sizes")
-            raw = hf.model.generate(**inputs, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
+            raw = hf.model.generate(
+                **inputs, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True
+            )
         assert raw.sequences[0].tolist() == outputs[4][0]
         assert [int(s[0].argmax()) for s in raw.scores] == outputs[4][0]
         assert [ids for ids, _ in greedy] == [ids for ids, _, _ in outputs]
@@ -190,7 +209,9 @@ def test_done_when_the_six_seed_cases_run_through_the_runner(zoo_folder):
         runs.append(outputs)
     assert runs[0] == runs[1] == runs[2]
     with HfRunner(folder, trust_remote_code=True, audit="off", workarounds=["auto", "minicpmv-pos-cache"]) as own_fix:
-        assert [(w.name, w.status) for w in own_fix.workarounds if w.stage == "after_load"] == [("minicpmv-pos-cache", "applied")]
+        assert [(w.name, w.status) for w in own_fix.workarounds if w.stage == "after_load"] == [
+            ("minicpmv-pos-cache", "applied")
+        ]
         fixed = own_fix.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
     for (ids, text, steps), (want_ids, want_text, want_steps) in zip(runs[0], fixed):
         assert ids == want_ids and text == want_text
@@ -223,7 +244,9 @@ def test_a_generate_that_contradicts_its_scores_is_an_error(zoo_folder):
             return output
 
         hf.model.generate = shifted
-        with pytest.raises(RunnerConsistencyError, match="step 2 generated token .* but the argmax of that step's scores is"):
+        with pytest.raises(
+            RunnerConsistencyError, match="step 2 generated token .* but the argmax of that step's scores is"
+        ):
             hf.generate_greedy(["describe what you see ."], 3)
 
 
@@ -251,7 +274,18 @@ def _eager_only_model():
             return CausalLMOutput(logits=self.head(self.embed(input_ids) * weights[0]))
 
     torch.manual_seed(0)
-    return EagerOnly(EagerOnlyConfig(vocab_size=64, num_hidden_layers=1, hidden_size=8, num_attention_heads=1, use_cache=False, bos_token_id=1, eos_token_id=2, pad_token_id=0))
+    return EagerOnly(
+        EagerOnlyConfig(
+            vocab_size=64,
+            num_hidden_layers=1,
+            hidden_size=8,
+            num_attention_heads=1,
+            use_cache=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
+    )
 
 
 def test_code_that_runs_only_with_eager_attention_is_told_so(zoo_folder):
@@ -261,7 +295,9 @@ def test_code_that_runs_only_with_eager_attention_is_told_so(zoo_folder):
 
     model = _eager_only_model()
     assert model.config._attn_implementation == "sdpa"
-    runner = HfRunner.from_model(model, tokenizer=AutoTokenizer.from_pretrained(zoo_folder("clean"), trust_remote_code=True))
+    runner = HfRunner.from_model(
+        model, tokenizer=AutoTokenizer.from_pretrained(zoo_folder("clean"), trust_remote_code=True)
+    )
     with pytest.raises(EagerAttentionNeededError) as info:
         runner.generate_greedy(["describe what you see ."], 2)
     message = info.value.message
@@ -281,6 +317,8 @@ def test_a_failure_that_eager_attention_does_not_fix_is_reported_as_it_was(zoo_f
 
     model = _eager_only_model()
     model.forward = lambda *a, **k: (_ for _ in ()).throw(IndexError("index 99 is out of bounds"))
-    runner = HfRunner.from_model(model, tokenizer=AutoTokenizer.from_pretrained(zoo_folder("clean"), trust_remote_code=True))
+    runner = HfRunner.from_model(
+        model, tokenizer=AutoTokenizer.from_pretrained(zoo_folder("clean"), trust_remote_code=True)
+    )
     with pytest.raises(IndexError, match="index 99"):
         runner.generate_greedy(["describe what you see ."], 2)

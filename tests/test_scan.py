@@ -46,25 +46,60 @@ def _natives():
         ViTModel,
     )
 
-    decoder = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)
+    decoder = dict(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    vision = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8
+    )
     text = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
-    seq2seq = dict(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                   encoder_ffn_dim=64, decoder_ffn_dim=64)
+    seq2seq = dict(
+        vocab_size=100,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+    )
     torch.manual_seed(0)
     models = {
         "llama": (lambda: LlamaForCausalLM(LlamaConfig(**decoder)), "AutoModelForCausalLM"),
         "qwen2": (lambda: Qwen2ForCausalLM(Qwen2Config(**decoder)), "AutoModelForCausalLM"),
         "gemma": (lambda: GemmaForCausalLM(GemmaConfig(**decoder, head_dim=8)), "AutoModelForCausalLM"),
-        "gpt2": (lambda: GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64)), "AutoModelForCausalLM"),
-        "mixtral": (lambda: MixtralForCausalLM(MixtralConfig(**decoder, num_local_experts=4, num_experts_per_tok=2)), "AutoModelForCausalLM"),
+        "gpt2": (
+            lambda: GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64)),
+            "AutoModelForCausalLM",
+        ),
+        "mixtral": (
+            lambda: MixtralForCausalLM(MixtralConfig(**decoder, num_local_experts=4, num_experts_per_tok=2)),
+            "AutoModelForCausalLM",
+        ),
         "bert": (lambda: BertModel(BertConfig(**text)), "AutoModel"),
-        "t5": (lambda: T5ForConditionalGeneration(T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)), "AutoModelForSeq2SeqLM"),
+        "t5": (
+            lambda: T5ForConditionalGeneration(
+                T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
+            ),
+            "AutoModelForSeq2SeqLM",
+        ),
         "bart": (lambda: BartForConditionalGeneration(BartConfig(**seq2seq)), "AutoModelForSeq2SeqLM"),
         "vit": (lambda: ViTModel(ViTConfig(**vision)), "AutoModel"),
-        "clip": (lambda: CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)), "AutoModel"),
+        "clip": (
+            lambda: CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)),
+            "AutoModel",
+        ),
         "llava": (
-            lambda: LlavaForConditionalGeneration(LlavaConfig(text_config=LlamaConfig(**decoder), vision_config=CLIPVisionConfig(**vision), image_token_index=99)),
+            lambda: LlavaForConditionalGeneration(
+                LlavaConfig(
+                    text_config=LlamaConfig(**decoder), vision_config=CLIPVisionConfig(**vision), image_token_index=99
+                )
+            ),
             "AutoModelForImageTextToText",
         ),
     }
@@ -104,14 +139,26 @@ def failing(report) -> dict[str, str]:
 
 
 def full_audit(folder, auto: str, dtype=None, workarounds=()) -> dict[str, str]:
-    model = loadguard.load(auto, folder, trust_remote_code=True, poison=True, on_problem="warn", workarounds=workarounds, **({"dtype": dtype} if dtype else {}))
+    model = loadguard.load(
+        auto,
+        folder,
+        trust_remote_code=True,
+        poison=True,
+        on_problem="warn",
+        workarounds=workarounds,
+        **({"dtype": dtype} if dtype else {}),
+    )
     report = model.loadguard_report_as_loaded
-    assert report.summary("checkpoint_fidelity").checked > 0  # it compared weights: an empty audit would agree with anything
+    assert (
+        report.summary("checkpoint_fidelity").checked > 0
+    )  # it compared weights: an empty audit would agree with anything
     return failing(report)
 
 
 def scanned(folder, auto: str, dtype=None, workarounds=(), keys="header") -> dict[str, str]:
-    report = loadguard.scan(folder, model_class=auto, trust_remote_code=True, dtype=dtype, workarounds=workarounds, keys=keys)
+    report = loadguard.scan(
+        folder, model_class=auto, trust_remote_code=True, dtype=dtype, workarounds=workarounds, keys=keys
+    )
     assert report.mode == "scan" and all(f.predicted and f.detail.startswith("predicted: ") for f in report.findings)
     assert report.summary("checkpoint_fidelity").checked > 0  # it loaded weightless tensors: not an empty model
     return failing(report)
@@ -161,8 +208,10 @@ def test_a_wrong_scanner_fails_the_differential(zoo_folder, monkeypatch):
 
     monkeypatch.setattr(PreTrainedModel, "_initialize_missing_keys", lambda self, *args, **kwargs: None)
     differing = [
-        name for name in ("overwritten", "clean", "missing_key")
-        if scanned(zoo_folder(name), "AutoModelForCausalLM") != {f.tensor: f.status for f in zoo.get(name).expected_for(2)}
+        name
+        for name in ("overwritten", "clean", "missing_key")
+        if scanned(zoo_folder(name), "AutoModelForCausalLM")
+        != {f.tensor: f.status for f in zoo.get(name).expected_for(2)}
     ]
     assert differing == ["overwritten", "clean", "missing_key"]
 
@@ -182,7 +231,9 @@ def test_scan_leaves_torch_and_transformers_as_it_found_them(zoo_folder):
     assert torch.utils.deterministic.fill_uninitialized_memory is fill
     assert _get_current_dispatch_mode_stack() == [] and _get_current_function_mode_stack() == []
     # the workaround's stand-in for the module 5.0-5.24 removed is gone again (5.25 has its own back)
-    assert ("transformers.modeling_attn_mask_utils" in __import__("sys").modules) is (had_mask_utils or __import__("importlib").util.find_spec("transformers.modeling_attn_mask_utils") is not None)
+    assert ("transformers.modeling_attn_mask_utils" in __import__("sys").modules) is (
+        had_mask_utils or __import__("importlib").util.find_spec("transformers.modeling_attn_mask_utils") is not None
+    )
 
 
 def test_the_causal_lm_class_is_chosen_not_the_first_auto_map_entry():
@@ -194,7 +245,10 @@ def test_the_causal_lm_class_is_chosen_not_the_first_auto_map_entry():
         "AutoModelForCausalLM": "modeling_x.XForCausalLM",
         "AutoModel": "modeling_x.XModel",
     }
-    assert resolve_class(None, {"auto_map": auto_map, "architectures": ["XForCausalLM"]}) is transformers.AutoModelForCausalLM
+    assert (
+        resolve_class(None, {"auto_map": auto_map, "architectures": ["XForCausalLM"]})
+        is transformers.AutoModelForCausalLM
+    )
     assert resolve_class(None, {"auto_map": auto_map}) is transformers.AutoModelForCausalLM
     assert resolve_class(None, {"auto_map": auto_map, "architectures": ["XModel"]}) is transformers.AutoModel
     assert resolve_class(None, {"architectures": ["LlamaForCausalLM"]}) is transformers.LlamaForCausalLM
@@ -240,10 +294,16 @@ def test_code_that_quantizes_itself_is_scanned_without_building_its_weights(zoo_
     assert "layers.0.fc_in.weight" not in built.values and "layers.0.fc_in.weight" in built.unverifiable
     assert "layers.0.fc_in.weight_scale" in built.values  # small ones cost nothing: built as before
     assert torch.equal(built.values["positions.index"], torch.arange(config["max_position_embeddings"]))
-    expected = {f.tensor: f.status for f in zoo.get("int8_buffers").expected_for(config["num_hidden_layers"])} if IS_V5 else {}
+    expected = (
+        {f.tensor: f.status for f in zoo.get("int8_buffers").expected_for(config["num_hidden_layers"])}
+        if IS_V5
+        else {}
+    )
     assert failing(report) == expected
 
-    full = reference_module.build_reference(zoo.build_model("int8_buffers", hidden_size=512, intermediate_size=4096), use_cache=False)
+    full = reference_module.build_reference(
+        zoo.build_model("int8_buffers", hidden_size=512, intermediate_size=4096), use_cache=False
+    )
     assert torch.equal(full.values["layers.0.fc_in.weight"], torch.zeros(4096, 512, dtype=torch.int8))
 
     from safetensors.torch import load_file, save_file
@@ -270,11 +330,14 @@ def _with_loader(zoo_folder, tmp_path, body: str):
     folder = tmp_path / "own-loader"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
-    modeling.write_text(modeling.read_text() + (
-        "\n\nclass LgToyForCausalLM(LgToyForCausalLM):\n"
-        "    @classmethod\n"
-        "    def from_pretrained(cls, *args, **kwargs):\n" + body
-    ))
+    modeling.write_text(
+        modeling.read_text()
+        + (
+            "\n\nclass LgToyForCausalLM(LgToyForCausalLM):\n"
+            "    @classmethod\n"
+            "    def from_pretrained(cls, *args, **kwargs):\n" + body
+        )
+    )
     return folder
 
 
@@ -283,7 +346,10 @@ def test_a_model_with_its_own_loader_cannot_be_scanned(zoo_folder, tmp_path):
 
     # like nomic-bert's: it builds the model and reads its own weights, never through PreTrainedModel.from_pretrained
     folder = _with_loader(zoo_folder, tmp_path, "        return cls(kwargs['config'])\n")
-    with pytest.raises(ScanError, match=r"loads its own weights \(LgToyForCausalLM.from_pretrained never calls PreTrainedModel.from_pretrained\)"):
+    with pytest.raises(
+        ScanError,
+        match=r"loads its own weights \(LgToyForCausalLM.from_pretrained never calls PreTrainedModel.from_pretrained\)",
+    ):
         loadguard.scan(folder, trust_remote_code=True)
     with pytest.raises(SystemExit) as info:
         main(["scan", str(folder), "--trust-remote-code"])
@@ -294,15 +360,24 @@ def test_a_from_pretrained_that_delegates_is_scanned_through(zoo_folder, tmp_pat
     from transformers import PreTrainedModel
 
     before = PreTrainedModel.__dict__["from_pretrained"]
-    folder = _with_loader(zoo_folder, tmp_path, (
-        "        model = super().from_pretrained(*args, **kwargs)  # then adjusts what it loaded, as many do\n"
-        "        model.generation_config.max_new_tokens = 7\n"
-        "        return model\n"
-    ))
+    folder = _with_loader(
+        zoo_folder,
+        tmp_path,
+        (
+            "        model = super().from_pretrained(*args, **kwargs)  # then adjusts what it loaded, as many do\n"
+            "        model.generation_config.max_new_tokens = 7\n"
+            "        return model\n"
+        ),
+    )
     report = loadguard.scan(folder, trust_remote_code=True)
     assert PreTrainedModel.__dict__["from_pretrained"] is before
     if IS_V5:  # transformers 4 leaves the buffers as the code computed them
-        assert {f.tensor for f in report.failures} == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
+        assert {f.tensor for f in report.failures} == {
+            "positions.table",
+            "positions.index",
+            "layers.0.attn.causal_mask",
+            "layers.1.attn.causal_mask",
+        }
     # what the scan predicts is what a full load (through the same override) gets
     model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True)
     assert model.generation_config.max_new_tokens == 7  # the override ran on the model it expects
@@ -323,7 +398,9 @@ def _hub_cache(root, repo_id: str, files) -> None:
 
 def test_hub_ids_use_the_cache_offline_and_fetch_only_config_and_code(zoo_folder, tmp_path, monkeypatch):
     folder = zoo_folder("np_buffer")
-    _hub_cache(tmp_path / "hub", "lg-org/tiny-np-buffer", [p for p in folder.iterdir() if p.suffix in (".json", ".py")])
+    _hub_cache(
+        tmp_path / "hub", "lg-org/tiny-np-buffer", [p for p in folder.iterdir() if p.suffix in (".json", ".py")]
+    )
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import huggingface_hub.constants
@@ -331,10 +408,20 @@ def test_hub_ids_use_the_cache_offline_and_fetch_only_config_and_code(zoo_folder
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     report = loadguard.scan("lg-org/tiny-np-buffer", trust_remote_code=True)
-    assert report.model == "lg-org/tiny-np-buffer" and report.checkpoint.startswith("no checkpoint headers: assumed")  # a Hub id: headers only when asked
+    assert report.model == "lg-org/tiny-np-buffer" and report.checkpoint.startswith(
+        "no checkpoint headers: assumed"
+    )  # a Hub id: headers only when asked
     if IS_V5:
-        assert set(failing(report)) == {"positions.table", "positions.index", "layers.0.attn.causal_mask", "layers.1.attn.causal_mask"}
-    with pytest.raises(ModelNotFoundError, match=r"not in the Hugging Face cache, and the Hub cannot be reached \(offline: HF_HUB_OFFLINE is set\)"):
+        assert set(failing(report)) == {
+            "positions.table",
+            "positions.index",
+            "layers.0.attn.causal_mask",
+            "layers.1.attn.causal_mask",
+        }
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"not in the Hugging Face cache, and the Hub cannot be reached \(offline: HF_HUB_OFFLINE is set\)",
+    ):
         loadguard.scan("lg-org/not-cached", trust_remote_code=True)
 
 
@@ -347,23 +434,38 @@ def test_fleet_rows_json_markdown_and_exit_codes(zoo_folder, tmp_path, capsys):
         return info.value.code, capsys.readouterr()
 
     fleet = tmp_path / "fleet.txt"
-    fleet.write_text(f"# three models\n{zoo_folder('clean')}\n{zoo_folder('typing_alias')}\n{zoo_folder('overwritten')}\n")
+    fleet.write_text(
+        f"# three models\n{zoo_folder('clean')}\n{zoo_folder('typing_alias')}\n{zoo_folder('overwritten')}\n"
+    )
     code, captured = run("scan", "--from", str(fleet), "--trust-remote-code", "--format", "json", "--jobs", "2")
     rows = [json.loads(line) for line in captured.out.splitlines()]
     assert [row["scanned"] for row in rows] == [True, False, True]  # its code fails to import (current torch): a row
     assert code == 3  # partial: one of three could not be scanned
-    assert "--workaround remote-code-typing-aliases" in rows[1]["error"]["hint"] and rows[1]["error"]["fixes"] == ["remote-code-typing-aliases"]
+    assert "--workaround remote-code-typing-aliases" in rows[1]["error"]["hint"] and rows[1]["error"]["fixes"] == [
+        "remote-code-typing-aliases"
+    ]
     assert rows[1]["error"]["kind"] == "RemoteCodeImportError" and rows[1]["ok"] is False
     if IS_V5:
         assert [f["tensor"] for f in rows[2]["findings"]] == ["lm_head.weight"]
-    code, captured = run("scan", str(zoo_folder("clean")), str(zoo_folder("typing_alias")), "--trust-remote-code", "--workaround", "auto", "--format", "markdown")
+    code, captured = run(
+        "scan",
+        str(zoo_folder("clean")),
+        str(zoo_folder("typing_alias")),
+        "--trust-remote-code",
+        "--workaround",
+        "auto",
+        "--format",
+        "markdown",
+    )
     assert captured.out.splitlines()[0].startswith("| model | class | verdict |") and captured.out.count("\n| ") >= 2
     code, captured = run("scan", str(tmp_path / "nope"), str(tmp_path / "nope2"))
     assert code == 2 and "none of the models could be scanned" in captured.err
     code, captured = run("scan", str(zoo_folder("clean")), "--trust-remote-code")
     assert code == 0 and "predicted clean" in captured.out
     code, captured = run("scan", str(zoo_folder("typing_alias")), "--trust-remote-code", "--workaround", "auto")
-    assert "workaround remote-code-typing-aliases (before_import): applied, " in captured.out  # printed as an audit prints it
+    assert (
+        "workaround remote-code-typing-aliases (before_import): applied, " in captured.out
+    )  # printed as an audit prints it
     assert "(auto: the load failed with the model's own code failed" in captured.out
 
 
@@ -375,7 +477,13 @@ def test_a_quantized_checkpoint_scans_without_its_backend(zoo_folder, tmp_path, 
     folder = tmp_path / "gptq"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+    config["quantization_config"] = {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": 128,
+        "desc_act": False,
+        "sym": True,
+    }
     (folder / "config.json").write_text(json.dumps(config))
     import importlib.util
 
@@ -383,10 +491,18 @@ def test_a_quantized_checkpoint_scans_without_its_backend(zoo_folder, tmp_path, 
         with pytest.raises(SystemExit) as info:
             main(["audit", str(folder), "--trust-remote-code"])
         err = capsys.readouterr().err
-        assert info.value.code == 2 and "needs a quantization backend" in err and "Hint: pip install optimum" in err and "loadguard scan" in err
+        assert (
+            info.value.code == 2
+            and "needs a quantization backend" in err
+            and "Hint: pip install optimum" in err
+            and "loadguard scan" in err
+        )
     report = loadguard.scan(folder, trust_remote_code=True)
     assert failing(report) == ({f.tensor: f.status for f in zoo.get("np_buffer").expected_for(2)} if IS_V5 else {})
-    assert "gptq-quantized checkpoint: predicted as the model before quantization" in report.summary("checkpoint_fidelity").reason
+    assert (
+        "gptq-quantized checkpoint: predicted as the model before quantization"
+        in report.summary("checkpoint_fidelity").reason
+    )
     with pytest.raises(ScanError, match="headers hold the quantizer's tensors"):
         loadguard.scan(folder, trust_remote_code=True, keys="header")
 
@@ -412,11 +528,15 @@ def test_without_headers_a_scan_assumes_what_the_codes_own_save_writes(zoo_folde
     saved = scan_json(folder)
     complete = scan_json(folder, "--assume-checkpoint", "complete")
     tables = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
-    wrong = {name: {f["tensor"] for f in row["findings"] if f["status"] not in ("initialized", "unverifiable")} for name, row in
-             (("headers", headers), ("saved", saved), ("complete", complete))}
+    wrong = {
+        name: {f["tensor"] for f in row["findings"] if f["status"] not in ("initialized", "unverifiable")}
+        for name, row in (("headers", headers), ("saved", saved), ("complete", complete))
+    }
     assert saved["checkpoint"] == SAVED_ASSUMPTION and complete["checkpoint"] is None
     assert SAVED_ASSUMPTION in next(c["reason"] for c in saved["checks"] if c["check"] == "missing_key")
-    assert "every key of the model's state dict assumed present" in next(c["reason"] for c in complete["checks"] if c["check"] == "missing_key")
+    assert "every key of the model's state dict assumed present" in next(
+        c["reason"] for c in complete["checks"] if c["check"] == "missing_key"
+    )
     if IS_V5:
         assert tables <= wrong["headers"] and wrong["saved"] == wrong["headers"] and not tables & wrong["complete"]
     else:
@@ -442,7 +562,12 @@ def test_a_process_that_forks_scans_does_a_first_scans_work_once_and_silently(ca
         stop()
     out = capsys.readouterr()
     assert out.out == "" and out.err == "" and heard == []
-    assert {"loadguard._hf.origins", "loadguard._scan.selfcheck", "loadguard._audit.where", "loadguard._hf.loading_info"} <= set(sys.modules)
+    assert {
+        "loadguard._hf.origins",
+        "loadguard._scan.selfcheck",
+        "loadguard._audit.where",
+        "loadguard._hf.loading_info",
+    } <= set(sys.modules)
     patterns = {s.pattern for w in _registry.all_workarounds() for s in w.fixes}
     assert patterns and _registry._regex.cache_info().currsize >= len(patterns)
     if IS_V5:
@@ -458,7 +583,11 @@ def test_scanning_a_config_without_a_dtype_says_nothing_of_torch_dtype(monkeypat
 
     said = []
     for method in ("warning", "warning_once"):
-        monkeypatch.setattr(configuration_utils.logger, method, lambda message, *args, **kwargs: said.append(str(message)))
-    config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=32)
+        monkeypatch.setattr(
+            configuration_utils.logger, method, lambda message, *args, **kwargs: said.append(str(message))
+        )
+    config = transformers.LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=32
+    )
     loadguard.scan(config)
     assert not [message for message in said if "torch_dtype" in message]

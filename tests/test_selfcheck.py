@@ -46,7 +46,9 @@ def test_a_scan_runs_the_selfcheck_once_then_reads_the_record(own_cache, zoo_fol
     loadguard.scan(zoo_folder("np_buffer"), trust_remote_code=True)
 
 
-@pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} overwrites nothing: a skipped init step changes no verdict")
+@pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} overwrites nothing: a skipped init step changes no verdict"
+)
 def test_where_the_prediction_breaks_scans_refuse_naming_the_tensors(own_cache, zoo_folder, monkeypatch, capsys):
     """A transformers whose internals moved (simulated: the init step the scan watches does nothing in scans, while
     full loads still run it): the self-check fails, is recorded failed, and every scan refuses with exit 2."""
@@ -71,5 +73,9 @@ def test_where_the_prediction_breaks_scans_refuse_naming_the_tensors(own_cache, 
     with pytest.raises(SystemExit) as exit_:
         main(["scan", str(zoo_folder("np_buffer")), "--trust-remote-code"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "Error: the scan's self-check fails" in err and "Hint: audit a full load instead" in err
+    assert (
+        exit_.value.code == 2
+        and "Error: the scan's self-check fails" in err
+        and "Hint: audit a full load instead" in err
+    )
     assert TRANSFORMERS_VERSION not in selfcheck.proven_versions()

@@ -23,21 +23,30 @@ def _project(folder, text: str):
 
 
 def test_the_nearest_table_is_read_and_checked(tmp_path):
-    project = _project(tmp_path, '[project]\nname = "x"\n\n[tool.loadguard]\nformat = "sarif"\ntimeout = 60\njobs = 2\n')
+    project = _project(
+        tmp_path, '[project]\nname = "x"\n\n[tool.loadguard]\nformat = "sarif"\ntimeout = 60\njobs = 2\n'
+    )
     (project / "sub" / "deeper").mkdir(parents=True)
     settings = load(project / "sub" / "deeper")
     assert settings.source == project / "pyproject.toml"
     assert settings.values == {"format": "sarif", "timeout": 60.0, "jobs": 2}
-    assert settings.get("color") == "auto" and settings.origin("color") == "default" and "pyproject.toml" in settings.origin("jobs")
+    assert (
+        settings.get("color") == "auto"
+        and settings.origin("color") == "default"
+        and "pyproject.toml" in settings.origin("jobs")
+    )
     assert load(tmp_path.parent).source is None or load(tmp_path.parent).source != project / "pyproject.toml"
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    ("trust_remote_code = true", "unknown key 'trust_remote_code'"),  # never from a file: asked for per run
-    ('jobs = "two"', "jobs = 'two' is not a whole number"),
-    ('workarounds = "auto"', "is not a list of strings"),
-    ('plugin = "always"', "plugin = 'always' is not one of off, warn, fail, repair"),
-])
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("trust_remote_code = true", "unknown key 'trust_remote_code'"),  # never from a file: asked for per run
+        ('jobs = "two"', "jobs = 'two' is not a whole number"),
+        ('workarounds = "auto"', "is not a list of strings"),
+        ('plugin = "always"', "plugin = 'always' is not one of off, warn, fail, repair"),
+    ],
+)
 def test_a_bad_table_is_one_clear_error(tmp_path, text, said):
     _project(tmp_path, f"[tool.loadguard]\n{text}\n")
     with pytest.raises(InvalidOptionError) as info:

@@ -17,12 +17,30 @@ from loadguard.formats.github import summary
 from loadguard.report import Finding
 
 HOSTILE = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40) | st.sampled_from(
-    ["\n::error::owned", "x\r\n::stop-commands::abc", "\x1b[2J\x1b]0;title\x07", "<script>alert(1)</script>", "a|b|c\n| x |", "\x00\x08\x0b\x0c\x1b", "\u2028\u0085"]
+    [
+        "\n::error::owned",
+        "x\r\n::stop-commands::abc",
+        "\x1b[2J\x1b]0;title\x07",
+        "<script>alert(1)</script>",
+        "a|b|c\n| x |",
+        "\x00\x08\x0b\x0c\x1b",
+        "\u2028\u0085",
+    ]
 )
 
 
 def _rows(model: str, tensor: str, detail: str, error: str) -> list[Row]:
-    finding = Finding(f"layer.{tensor}", "buffer", "non_persistent_buffer", "uninitialized", "float32", (1,), "cpu", detail, location=f"{tensor}.py:3")
+    finding = Finding(
+        f"layer.{tensor}",
+        "buffer",
+        "non_persistent_buffer",
+        "uninitialized",
+        "float32",
+        (1,),
+        "cpu",
+        detail,
+        location=f"{tensor}.py:3",
+    )
     return [Row(model, "C", findings=(finding,)), Row.failed(model + "-2", error, detail)]
 
 

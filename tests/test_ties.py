@@ -57,7 +57,10 @@ def _declared(model):
 
 
 def test_v4_ties_are_what_its_own_tie_weights_makes_under_its_config():
-    assert _declared(_v4(tie_tables=True)) == [("decoder.weight", "shared.weight", "v4 list"), ("encoder.weight", "shared.weight", "v4 list")]
+    assert _declared(_v4(tie_tables=True)) == [
+        ("decoder.weight", "shared.weight", "v4 list"),
+        ("encoder.weight", "shared.weight", "v4 list"),
+    ]
     # the same list, but the code ties nothing under this config: nothing is expected tied
     assert _declared(_v4(tie_tables=False)) == []
     # the output embeddings follow tie_word_embeddings, as 4.x's tie_weights did
@@ -74,7 +77,9 @@ def test_replaying_v4_tie_weights_changes_nothing():
     assert all(torch.equal(values[k], after[k]) for k in values)
 
 
-@pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} still has _tie_or_clone_weights: the replay runs there")
+@pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} still has _tie_or_clone_weights: the replay runs there"
+)
 def test_v4_code_that_calls_a_helper_gone_from_5x_falls_back_to_its_embedding_tables():
     model = _v4(tie_tables=True)
     model._tie_weights = lambda: model._tie_or_clone_weights(model.encoder, model.shared)  # 4.x helper
@@ -92,7 +97,9 @@ def test_a_tie_declined_on_load_is_not_expected_though_a_nested_model_still_list
     assert model.all_tied_weights_keys == {} and model.transformer.all_tied_weights_keys  # declined at the top only
     assert _declared(model) == []
     # where transformers did tie, the top-level mapping says so, once per target
-    tied = T5ForSequenceClassification(T5Config(vocab_size=99, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, num_labels=3))
+    tied = T5ForSequenceClassification(
+        T5Config(vocab_size=99, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, num_labels=3)
+    )
     assert _declared(tied) == [
         ("transformer.decoder.embed_tokens.weight", "transformer.shared.weight", "mapping"),
         ("transformer.encoder.embed_tokens.weight", "transformer.shared.weight", "mapping"),

@@ -19,14 +19,24 @@ from loadguard.workarounds.transformers_v4 import V4_GENERATION_DEFAULTS, is_tor
 
 from .conftest import IS_V5, TRANSFORMERS_VERSION
 
-needs_v4 = pytest.mark.skipif(IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} has no 4.x objects to compare with: runs in make test-compat")
-needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} is what these workarounds stand in for")
+needs_v4 = pytest.mark.skipif(
+    IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} has no 4.x objects to compare with: runs in make test-compat"
+)
+needs_v5 = pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} is what these workarounds stand in for"
+)
 
 # rope_scaling as a v4 remote config stores it -> what transformers 5 standardizes it into (checked on 5.x below)
 ROPE_CASES = {
     "null": (None, {"rope_theta": 10000.0, "rope_type": "default"}),
-    "linear": ({"type": "linear", "factor": 2.0}, {"type": "linear", "factor": 2.0, "rope_theta": 10000.0, "rope_type": "linear"}),
-    "dynamic": ({"type": "dynamic", "factor": 4.0}, {"type": "dynamic", "factor": 4.0, "rope_theta": 10000.0, "rope_type": "dynamic"}),
+    "linear": (
+        {"type": "linear", "factor": 2.0},
+        {"type": "linear", "factor": 2.0, "rope_theta": 10000.0, "rope_type": "linear"},
+    ),
+    "dynamic": (
+        {"type": "dynamic", "factor": 4.0},
+        {"type": "dynamic", "factor": 4.0, "rope_theta": 10000.0, "rope_type": "dynamic"},
+    ),
 }
 
 
@@ -82,7 +92,10 @@ def _compare_masks(theirs) -> int:
                 for mask in _masks(batch, kv):
                     if causal:
                         assert _same(a.to_causal_4d(batch, query, kv, dtype), b.to_causal_4d(batch, query, kv, dtype))
-                    assert _same(a.to_4d(mask, query, dtype, key_value_length=kv), b.to_4d(mask, query, dtype, key_value_length=kv))
+                    assert _same(
+                        a.to_4d(mask, query, dtype, key_value_length=kv),
+                        b.to_4d(mask, query, dtype, key_value_length=kv),
+                    )
                     cases += 1
         for mask in _masks(batch, kv):
             for fn in ("_prepare_4d_causal_attention_mask", "_prepare_4d_causal_attention_mask_for_sdpa"):
@@ -97,14 +110,20 @@ def _compare_masks(theirs) -> int:
                     cases += 1
             expanded = theirs.AttentionMaskConverter._expand_mask(mask, dtype, query)
             lowest = torch.finfo(dtype).min
-            assert _same(ours.AttentionMaskConverter._unmask_unattended(expanded, lowest), theirs.AttentionMaskConverter._unmask_unattended(expanded, lowest))
-            assert ours.AttentionMaskConverter._ignore_causal_mask_sdpa(mask, embeds, past, window) == theirs.AttentionMaskConverter._ignore_causal_mask_sdpa(
-                mask, embeds, past, window
+            assert _same(
+                ours.AttentionMaskConverter._unmask_unattended(expanded, lowest),
+                theirs.AttentionMaskConverter._unmask_unattended(expanded, lowest),
             )
+            assert ours.AttentionMaskConverter._ignore_causal_mask_sdpa(
+                mask, embeds, past, window
+            ) == theirs.AttentionMaskConverter._ignore_causal_mask_sdpa(mask, embeds, past, window)
         four_d = torch.randint(0, 2, (batch, 1, query, kv), generator=torch.Generator().manual_seed(7)).to(dtype)
         got = ours._prepare_4d_causal_attention_mask(four_d, (batch, query), embeds, past)
         assert _same(got, theirs._prepare_4d_causal_attention_mask(four_d, (batch, query), embeds, past))
-        assert _same(ours._create_4d_causal_attention_mask((batch, query), dtype, "cpu", past, window), theirs._create_4d_causal_attention_mask((batch, query), dtype, "cpu", past, window))
+        assert _same(
+            ours._create_4d_causal_attention_mask((batch, query), dtype, "cpu", past, window),
+            theirs._create_4d_causal_attention_mask((batch, query), dtype, "cpu", past, window),
+        )
         cases += 2
     return cases
 
@@ -141,7 +160,10 @@ def test_attention_masks_mean_what_they_say():
     assert ours._prepare_4d_causal_attention_mask(None, (1, 1), torch.zeros(1, 1, 4), 3) is None
 
 
-@pytest.mark.skipif(registry.get("v4-attn-mask-utils").is_native(), reason=f"transformers {TRANSFORMERS_VERSION} has the module itself: no stand-in")
+@pytest.mark.skipif(
+    registry.get("v4-attn-mask-utils").is_native(),
+    reason=f"transformers {TRANSFORMERS_VERSION} has the module itself: no stand-in",
+)
 def test_the_shim_module_exists_only_inside_the_workaround():
     assert "transformers.modeling_attn_mask_utils" not in sys.modules
     with registry.using(["v4-attn-mask-utils"]) as outcomes:
@@ -266,12 +288,25 @@ def test_model_attribute_stand_ins_equal_4_57s():
     from loadguard.workarounds import v4_api
 
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32))
-    decoder = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, is_decoder=True))
+    model = BertModel(
+        BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    )
+    decoder = BertModel(
+        BertConfig(
+            vocab_size=32,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            is_decoder=True,
+        )
+    )
     for mask in (torch.tensor([[1, 1, 0, 1]]), torch.randint(0, 2, (3, 5)), torch.randint(0, 2, (2, 4, 4))):
         shape = mask.shape[:2]
         for owner in (model, decoder):
-            assert torch.equal(v4_api.get_extended_attention_mask(owner, mask, shape), owner.get_extended_attention_mask(mask, shape))
+            assert torch.equal(
+                v4_api.get_extended_attention_mask(owner, mask, shape), owner.get_extended_attention_mask(mask, shape)
+            )
         assert torch.equal(v4_api.invert_attention_mask(model, mask), model.invert_attention_mask(mask))
     for head_mask in (None, torch.rand(2), torch.rand(2, 2)):
         ours, theirs = v4_api.get_head_mask(model, head_mask, 2), model.get_head_mask(head_mask, 2)
@@ -327,7 +362,10 @@ def test_pruning_stand_ins_equal_4_57s():
     from loadguard.workarounds import v4_names as ours
 
     for heads, pruned in (([0, 2], {2}), ([1], set()), ([3, 0], {1})):
-        a, b = ours.find_pruneable_heads_and_indices(heads, 4, 3, pruned), theirs.find_pruneable_heads_and_indices(heads, 4, 3, pruned)
+        a, b = (
+            ours.find_pruneable_heads_and_indices(heads, 4, 3, pruned),
+            theirs.find_pruneable_heads_and_indices(heads, 4, 3, pruned),
+        )
         assert a[0] == b[0] and torch.equal(a[1], b[1])
     layer = torch.nn.Linear(5, 6)
     for dim, index in ((0, torch.tensor([0, 4, 5])), (1, torch.tensor([1, 2]))):
@@ -386,7 +424,9 @@ def test_rope_default_key_is_given_to_code_imported_inside_the_workaround_only()
 
     from loadguard.workarounds.v4_behaviour import v4_default_rope_parameters
 
-    v5_config = SimpleNamespace(hidden_size=64, num_attention_heads=4, rope_parameters={"rope_theta": 500000.0, "rope_type": "default"})
+    v5_config = SimpleNamespace(
+        hidden_size=64, num_attention_heads=4, rope_parameters={"rope_theta": 500000.0, "rope_type": "default"}
+    )
     assert torch.equal(v4_default_rope_parameters(v5_config, None)[0], inv_freq)
 
 

@@ -68,5 +68,8 @@ def test_the_recognisers_find_the_idioms_in_the_zoo_code_that_reproduces_them(ca
         if idiom["verdict"] != "workaround":
             continue
         family = zoo.get(idiom["zoo"]).family
-        source = "".join(templates.joinpath(name).read_text() for name in (f"modeling_{family}.py", f"configuration_{family}.py", "modeling_lgtoy.py"))
+        source = "".join(
+            templates.joinpath(name).read_text()
+            for name in (f"modeling_{family}.py", f"configuration_{family}.py", "modeling_lgtoy.py")
+        )
         assert re.search(idiom["recognise"], source), idiom["id"]

@@ -21,7 +21,9 @@ from .conftest import IS_V5, TRANSFORMERS_VERSION, chained, load
 
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} does not need these workarounds")
 IMPORT = list(zoo.get("minicpmv_like").workarounds)  # what MiniCPM-V-2.6-era code needs to import and construct
-NEEDED = list(zoo.get("minicpmv_like").needed_workarounds)  # those this transformers / torch lacks what they give back for
+NEEDED = list(
+    zoo.get("minicpmv_like").needed_workarounds
+)  # those this transformers / torch lacks what they give back for
 MINICPMV = IMPORT + ["minicpmv-pos-cache", "minicpmv-26-runner"]
 V4_ENTRIES = [e.name for e in zoo.entries() if e.load_error and e.family != "lgminicpmv"]
 
@@ -42,7 +44,13 @@ def expected(name):
 
 @needs_v5
 def test_pos_cache_applied_where_needed(zoo_folder):
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds=IMPORT + ["minicpmv-pos-cache"])
+    model = loadguard.load(
+        "AutoModelForCausalLM",
+        zoo_folder("minicpmv_like"),
+        trust_remote_code=True,
+        poison=True,
+        workarounds=IMPORT + ["minicpmv-pos-cache"],
+    )
     outcome = outcomes(model)["minicpmv-pos-cache"]
     assert outcome.status == "applied" and outcome.fixed == 1 and outcome.detail == "fixed resampler.pos_embed"
     assert model.loadguard_report.ok and not model.loadguard_report_as_loaded.ok
@@ -52,19 +60,29 @@ def test_pos_cache_applied_where_needed(zoo_folder):
 
 def test_pos_cache_is_stale_on_the_fixed_model_and_strict_errors(zoo_folder):
     folder = zoo_folder("minicpmv_like_fixed")
-    model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True, workarounds=["auto", "minicpmv-pos-cache"])
+    model = loadguard.load(
+        "AutoModelForCausalLM", folder, trust_remote_code=True, poison=True, workarounds=["auto", "minicpmv-pos-cache"]
+    )
     outcome = outcomes(model)["minicpmv-pos-cache"]
     assert outcome.status == "stale"
     assert outcome.detail == (
         f"transformers {TRANSFORMERS_VERSION} preserves resampler.pos_embed; remove workaround minicpmv-pos-cache, upstream transformers#48892"
     )
     with pytest.raises(StaleWorkaroundError, match="stale workaround: transformers .* preserves resampler.pos_embed"):
-        loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, workarounds=["auto", "minicpmv-pos-cache"], strict_stale=True)
+        loadguard.load(
+            "AutoModelForCausalLM",
+            folder,
+            trust_remote_code=True,
+            workarounds=["auto", "minicpmv-pos-cache"],
+            strict_stale=True,
+        )
 
 
 def test_pos_cache_on_a_model_without_a_resampler_errors(zoo_folder):
     with pytest.raises(WorkaroundError, match="does not apply to .*lgtoy.*it is for minicpmv"):
-        loadguard.load("AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=["minicpmv-pos-cache"])
+        loadguard.load(
+            "AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=["minicpmv-pos-cache"]
+        )
     # a MiniCPM-V whose code changed: the resampler is gone, the workaround must not pass silently
     model = load(zoo_folder("minicpmv_like"))
     del model.resampler
@@ -73,7 +91,14 @@ def test_pos_cache_on_a_model_without_a_resampler_errors(zoo_folder):
 
 
 def test_applied_and_fixed_nothing_is_an_error(zoo_folder):
-    @registry.workaround("test-does-nothing", applies_to=["lgtoy"], stage="after_load", reason="test", upstream="none#0", targets=lambda m: ["positions.table"])
+    @registry.workaround(
+        "test-does-nothing",
+        applies_to=["lgtoy"],
+        stage="after_load",
+        reason="test",
+        upstream="none#0",
+        targets=lambda m: ["positions.table"],
+    )
     def does_nothing(model):
         return 0
 
@@ -112,7 +137,9 @@ def test_each_failure_signature_names_exactly_its_workaround(name):
 def test_a_match_is_found_through_the_exception_chain():
     outer = chained(RuntimeError("while importing the model"), NameError("name 'Optional' is not defined"))
     assert [w.name for w in registry.matching(outer)] == ["remote-code-typing-aliases"]
-    assert registry.matching(KeyError("typo")) == [] and registry.matching(NameError("name 'foo' is not defined")) == []
+    assert (
+        registry.matching(KeyError("typo")) == [] and registry.matching(NameError("name 'foo' is not defined")) == []
+    )
 
 
 @needs_v5
@@ -122,12 +149,19 @@ def test_api_error_names_the_workaround_and_auto_applies_it(zoo_folder, name):
     with pytest.raises(RemoteCodeImportError) as info:
         loadguard.load("AutoModelForCausalLM", zoo_folder(name), trust_remote_code=True)
     assert info.value.fixes == entry.needed_workarounds
-    assert f"workarounds={list(entry.needed_workarounds)!r}" in info.value.hint and "workarounds='auto'" in info.value.hint
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder(name), trust_remote_code=True, poison=True, workarounds="auto")
+    assert (
+        f"workarounds={list(entry.needed_workarounds)!r}" in info.value.hint
+        and "workarounds='auto'" in info.value.hint
+    )
+    model = loadguard.load(
+        "AutoModelForCausalLM", zoo_folder(name), trust_remote_code=True, poison=True, workarounds="auto"
+    )
     (outcome,) = model.loadguard_report.workarounds
     assert (outcome.name, outcome.status) == (entry.needed_workarounds[0], "applied") and outcome.fixed >= 1
     assert outcome.auto.startswith("auto: the load failed with the model's own code failed")
-    assert {f.tensor: f.status for f in model.loadguard_report_as_loaded.failures} == expected(name)  # what it really gets wrong
+    assert {f.tensor: f.status for f in model.loadguard_report_as_loaded.failures} == expected(
+        name
+    )  # what it really gets wrong
     assert model.loadguard_repair.ok
     document = json.loads(model.loadguard_report.to_json())
     assert document["workarounds"][0]["auto"] == outcome.auto
@@ -135,7 +169,9 @@ def test_api_error_names_the_workaround_and_auto_applies_it(zoo_folder, name):
 
 @needs_v5
 def test_auto_retries_once_per_newly_matched_failure_minicpmv(zoo_folder):
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds="auto")
+    model = loadguard.load(
+        "AutoModelForCausalLM", zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, workarounds="auto"
+    )
     applied = [(w.name, w.status) for w in model.loadguard_report.workarounds]
     assert applied == [(name, "applied") for name in NEEDED]  # in the order the code failed
     reasons = {w.name: w.auto for w in model.loadguard_report.workarounds}
@@ -155,9 +191,17 @@ def test_a_workaround_the_model_never_hits_is_not_applicable(zoo_folder, name):
     """The clean zoo model's code uses none of what the v4-era workarounds give back: 'not applicable' on every
     transformers (never 'stale': it never needed them), and strict mode has nothing to object to."""
     for strict in (False, True):
-        model = loadguard.load("AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=[name], strict_stale=strict)
+        model = loadguard.load(
+            "AutoModelForCausalLM",
+            zoo_folder("clean"),
+            trust_remote_code=True,
+            workarounds=[name],
+            strict_stale=strict,
+        )
         outcome = outcomes(model)[name]
-        assert (outcome.status, outcome.fixed) == ("not_applicable", 0) and outcome.detail.startswith("not applicable to ")
+        assert (outcome.status, outcome.fixed) == ("not_applicable", 0) and outcome.detail.startswith(
+            "not applicable to "
+        )
         assert json.loads(model.loadguard_report.to_json())["workarounds"][0]["status"] == "not_applicable"
 
 
@@ -169,8 +213,15 @@ def test_stale_means_the_model_used_it_and_this_transformers_has_it_again(zoo_fo
 
     uses = r"class LgToyForCausalLM"  # in np_buffer's code, not in minicpmv_like's
 
-    @registry.workaround("test-native-thing", applies_to=lambda config: True, stage="before_import", reason="test", upstream="test#1",
-                         native=lambda: native, touches=uses)
+    @registry.workaround(
+        "test-native-thing",
+        applies_to=lambda config: True,
+        stage="before_import",
+        reason="test",
+        upstream="test#1",
+        native=lambda: native,
+        touches=uses,
+    )
     @contextlib.contextmanager
     def thing(path, config):
         yield registry.Usage()
@@ -185,9 +236,9 @@ def test_stale_means_the_model_used_it_and_this_transformers_has_it_again(zoo_fo
                 with pytest.raises(StaleWorkaroundError):
                     with registry.using(["test-native-thing"], zoo_folder(entry), strict=True):
                         pass
-        assert registry.judge_before_import(registry.get("test-native-thing"), registry.model_code(zoo_folder("np_buffer"))).startswith(
-            "stale: " if native else "needed: "
-        )
+        assert registry.judge_before_import(
+            registry.get("test-native-thing"), registry.model_code(zoo_folder("np_buffer"))
+        ).startswith("stale: " if native else "needed: ")
     finally:
         registry.REGISTRY.pop("test-native-thing", None)
 
@@ -198,7 +249,13 @@ def test_typing_aliases_make_the_import_work_and_restore_torch(zoo_folder):
 
     with pytest.raises(loadguard.LoadguardError, match="NameError: name 'List' is not defined"):
         loadguard.load("AutoModelForCausalLM", zoo_folder("typing_alias"), trust_remote_code=True)
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("typing_alias"), trust_remote_code=True, workarounds=["remote-code-typing-aliases"], poison=True)
+    model = loadguard.load(
+        "AutoModelForCausalLM",
+        zoo_folder("typing_alias"),
+        trust_remote_code=True,
+        workarounds=["remote-code-typing-aliases"],
+        poison=True,
+    )
     outcome = outcomes(model)["remote-code-typing-aliases"]
     assert outcome.status == "applied" and outcome.fixed == 1 and "List" in outcome.detail
     assert {f.tensor for f in model.loadguard_report_as_loaded.failures} == set(expected("typing_alias"))
@@ -214,9 +271,17 @@ def test_v4_tied_weights_keys(zoo_folder):
 
     with pytest.raises(loadguard.LoadguardError, match="all_tied_weights_keys"):
         loadguard.load("AutoModelForCausalLM", zoo_folder("v4_tied_weights"), trust_remote_code=True)
-    model = loadguard.load("AutoModelForCausalLM", zoo_folder("v4_tied_weights"), trust_remote_code=True, poison=True, workarounds=["v4-tied-weights-keys"])
+    model = loadguard.load(
+        "AutoModelForCausalLM",
+        zoo_folder("v4_tied_weights"),
+        trust_remote_code=True,
+        poison=True,
+        workarounds=["v4-tied-weights-keys"],
+    )
     assert outcomes(model)["v4-tied-weights-keys"].status == "applied"
-    assert model.loadguard_report_as_loaded.summary("checkpoint_fidelity").failed == 0  # every weight from the checkpoint
+    assert (
+        model.loadguard_report_as_loaded.summary("checkpoint_fidelity").failed == 0
+    )  # every weight from the checkpoint
     assert "all_tied_weights_keys" not in PreTrainedModel.__dict__  # the bridge is gone after the load
     model(torch.tensor([[10, 11, 12]]))
 
@@ -247,8 +312,10 @@ def test_runner_workaround_is_needed_for_minicpmv_and_not_applied_elsewhere(zoo_
     with HfRunner(folder, trust_remote_code=True, workarounds="auto", auto_workarounds=False) as hf:
         with pytest.raises(AttributeError, match="convert_tokens_to_ids"):  # its generate needs tokenizer=
             hf.generate_greedy(prompts[:1], 2, images=images[:1])
-    with HfRunner(folder, trust_remote_code=True, workarounds=["auto", "minicpmv-26-runner"], auto_workarounds=False) as hf:
-        (ids, text), = hf.generate_greedy(prompts[:1], 2, images=images[:1])
+    with HfRunner(
+        folder, trust_remote_code=True, workarounds=["auto", "minicpmv-26-runner"], auto_workarounds=False
+    ) as hf:
+        ((ids, text),) = hf.generate_greedy(prompts[:1], 2, images=images[:1])
         assert len(ids) == 2 and [w.status for w in hf.workarounds if w.stage == "runner"] == ["applied"]
     with HfRunner(zoo_folder("clean"), trust_remote_code=True) as hf:
         assert hf.workarounds == []  # the automatic runner workarounds apply only where they apply
@@ -259,7 +326,9 @@ def test_runner_workaround_is_needed_for_minicpmv_and_not_applied_elsewhere(zoo_
 @needs_v5
 def test_done_when_runner_with_minicpmv_workarounds_equals_the_fixed_variant(zoo_folder):
     prompts, images = default_cases(zoo_folder("minicpmv_like"))
-    with HfRunner(zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, audit="raise", workarounds=MINICPMV) as hf:
+    with HfRunner(
+        zoo_folder("minicpmv_like"), trust_remote_code=True, poison=True, audit="raise", workarounds=MINICPMV
+    ) as hf:
         got = hf.generate_greedy_logprobs_limit(prompts, 8, 5, images=images)
         greedy = hf.generate_greedy(prompts, 8, images=images)
         statuses = {w.name: w.status for w in hf.report.workarounds}
@@ -269,14 +338,18 @@ def test_done_when_runner_with_minicpmv_workarounds_equals_the_fixed_variant(zoo
         assert {w.name: w.status for w in fixed.workarounds}["minicpmv-pos-cache"] == "stale"
     assert got == want  # same tokens, text and logprobs, exactly
     assert all(len(ids) == 8 for ids, _, _ in got)
-    check_logprobs_close(outputs_0_lst=got, outputs_1_lst=want, name_0="workarounds", name_1="fixed", check_lengths=True)
-    check_outputs_equal(outputs_0_lst=greedy, outputs_1_lst=[(i, t) for i, t, _ in want], name_0="workarounds", name_1="fixed")
+    check_logprobs_close(
+        outputs_0_lst=got, outputs_1_lst=want, name_0="workarounds", name_1="fixed", check_lengths=True
+    )
+    check_outputs_equal(
+        outputs_0_lst=greedy, outputs_1_lst=[(i, t) for i, t, _ in want], name_0="workarounds", name_1="fixed"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
 # workarounds from outside the package
 
-OWN = '''
+OWN = """
 import loadguard
 
 @loadguard.workaround("{name}", applies_to=["lgtoy"], stage="after_load", reason="an engine suite's own fix",
@@ -288,7 +361,7 @@ def own_fix(model):
     omega = 1.0 / (10000.0 ** (torch.arange(0, table.shape[1], 2, dtype=torch.float32) / table.shape[1]))
     table.copy_(torch.cat([torch.sin(position * omega), torch.cos(position * omega)], dim=-1))
     return 1
-'''
+"""
 
 
 def test_workarounds_from_a_file_are_registered_with_their_source(tmp_path, zoo_folder):
@@ -298,7 +371,13 @@ def test_workarounds_from_a_file_are_registered_with_their_source(tmp_path, zoo_
         assert registry.load_file(file) == ["test-own-table"]
         assert registry.get("test-own-table").source == f"file {file.resolve()}"
         assert registry.load_file(file) == ["test-own-table"]  # idempotent
-        model = loadguard.load("AutoModelForCausalLM", zoo_folder("np_buffer"), trust_remote_code=True, poison=True, workarounds=["test-own-table"])
+        model = loadguard.load(
+            "AutoModelForCausalLM",
+            zoo_folder("np_buffer"),
+            trust_remote_code=True,
+            poison=True,
+            workarounds=["test-own-table"],
+        )
         if IS_V5:
             assert outcomes(model)["test-own-table"].status == "applied"
             assert "positions.table" not in {f.tensor for f in model.loadguard_report.failures}
@@ -317,7 +396,9 @@ def _fake_distribution(tmp_path, name: str, module_source: str) -> str:
     site = tmp_path / "site"
     (site / f"{name}-1.0.dist-info").mkdir(parents=True)
     (site / f"{name}-1.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (site / f"{name}-1.0.dist-info" / "entry_points.txt").write_text(f"[loadguard.workarounds]\nmine = {name}_workarounds\n")
+    (site / f"{name}-1.0.dist-info" / "entry_points.txt").write_text(
+        f"[loadguard.workarounds]\nmine = {name}_workarounds\n"
+    )
     (site / f"{name}_workarounds.py").write_text(module_source)
     return str(site)
 
@@ -344,35 +425,82 @@ def test_cli_workaround_option_and_list(zoo_folder, capsys, tmp_path):
         return info.value.code, capsys.readouterr()
 
     fixed = str(zoo_folder("minicpmv_like_fixed"))
-    code, captured = run("audit", fixed, "--trust-remote-code", "--workaround", "auto", "--workaround", "minicpmv-pos-cache", "--format", "json")
+    code, captured = run(
+        "audit",
+        fixed,
+        "--trust-remote-code",
+        "--workaround",
+        "auto",
+        "--workaround",
+        "minicpmv-pos-cache",
+        "--format",
+        "json",
+    )
     document = json.loads(captured.out)
     assert code == 0 and {w["name"]: w["status"] for w in document["workarounds"]}["minicpmv-pos-cache"] == "stale"
-    code, captured = run("audit", fixed, "--trust-remote-code", "--workaround", "auto", "--workaround", "minicpmv-pos-cache", "--strict-stale")
+    code, captured = run(
+        "audit",
+        fixed,
+        "--trust-remote-code",
+        "--workaround",
+        "auto",
+        "--workaround",
+        "minicpmv-pos-cache",
+        "--strict-stale",
+    )
     assert code == 2 and "stale workaround" in captured.err
     code, captured = run("workarounds", "list", "--format", "json")
     names = [w["name"] for w in json.loads(captured.out)["workarounds"]]
     assert code == 0 and names == sorted(registry.REGISTRY) and "v4-attn-mask-utils" in names
-    code, captured = run("workarounds", "list", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto", "--format", "json")
+    code, captured = run(
+        "workarounds",
+        "list",
+        str(zoo_folder("minicpmv_like")),
+        "--trust-remote-code",
+        "--workaround",
+        "auto",
+        "--format",
+        "json",
+    )
     status = {w["name"]: w["status"] for w in json.loads(captured.out)["workarounds"]}
     if IS_V5:
         assert status["minicpmv-pos-cache"] == "needed: resampler.pos_embed broken"
         if "v4-attn-mask-utils" in NEEDED:
             assert status["v4-attn-mask-utils"].startswith("needed: provided transformers.modeling_attn_mask_utils")
         else:  # named by auto only where needed; the model's code uses the module this transformers has again
-            assert status["v4-attn-mask-utils"] == f"stale: transformers {TRANSFORMERS_VERSION} provides what it gives back"
+            assert (
+                status["v4-attn-mask-utils"]
+                == f"stale: transformers {TRANSFORMERS_VERSION} provides what it gives back"
+            )
     assert status["minicpmv-26-runner"] == "needed"
-    code, captured = run("workarounds", "list", fixed, "--trust-remote-code", "--workaround", "auto", "--format", "json")
-    assert {w["name"]: w["status"] for w in json.loads(captured.out)["workarounds"]}["minicpmv-pos-cache"] == "stale: resampler.pos_embed already correct"
+    code, captured = run(
+        "workarounds", "list", fixed, "--trust-remote-code", "--workaround", "auto", "--format", "json"
+    )
+    assert {w["name"]: w["status"] for w in json.loads(captured.out)["workarounds"]}[
+        "minicpmv-pos-cache"
+    ] == "stale: resampler.pos_embed already correct"
     own = tmp_path / "own.py"
     own.write_text(OWN.format(name="test-cli-own"))
     try:
-        code, captured = run("audit", str(zoo_folder("np_buffer")), "--trust-remote-code", "--workarounds-from", str(own), "--workaround", "test-cli-own", "--format", "json")
+        code, captured = run(
+            "audit",
+            str(zoo_folder("np_buffer")),
+            "--trust-remote-code",
+            "--workarounds-from",
+            str(own),
+            "--workaround",
+            "test-cli-own",
+            "--format",
+            "json",
+        )
         document = json.loads(captured.out)
         if IS_V5:
             assert code == 1 and document["after_workarounds"] is not None
             assert "positions.table" not in {f["tensor"] for f in document["after_workarounds"]["findings"]}
         code, captured = run("workarounds", "list", "--workarounds-from", str(own), "--format", "json")
-        assert {w["name"]: w["source"] for w in json.loads(captured.out)["workarounds"]}["test-cli-own"] == f"file {own.resolve()}"
+        assert {w["name"]: w["source"] for w in json.loads(captured.out)["workarounds"]}[
+            "test-cli-own"
+        ] == f"file {own.resolve()}"
     finally:
         registry.REGISTRY.pop("test-cli-own", None)
 

@@ -104,14 +104,20 @@ def test_broken_entry_reproduces_its_failure(zoo_folder, name):
         if got.device.type == "meta":
             observed[key] = "on_meta"
         elif not torch.equal(got, want):
-            if key in entry.drop_keys and not is_poison(got):  # absent from the checkpoint, initialized by code: an untied tie
+            if key in entry.drop_keys and not is_poison(
+                got
+            ):  # absent from the checkpoint, initialized by code: an untied tie
                 observed[key] = "mismatch"
                 continue
-            observed[key] = "overwritten" if key in dict(truth.named_parameters()) and not is_poison(got) else "uninitialized"
+            observed[key] = (
+                "overwritten" if key in dict(truth.named_parameters()) and not is_poison(got) else "uninitialized"
+            )
             if observed[key] == "uninitialized":
                 assert is_poison(got), f"{key} differs but is not poison-filled"
     if not observed:
-        pytest.skip(f"transformers {TRANSFORMERS_VERSION} loads {name} correctly: failure mode {entry.failure_mode} does not occur")
+        pytest.skip(
+            f"transformers {TRANSFORMERS_VERSION} loads {name} correctly: failure mode {entry.failure_mode} does not occur"
+        )
     assert observed == expected
 
 
@@ -147,8 +153,14 @@ def _greedy(model, processor, entry, max_new_tokens=8):
     for prompt, imgs in cases:
         inputs = processor(text=prompt, images=imgs)
         inputs.pop("image_sizes")
-        out = model.generate(**inputs, tokenizer=processor.tokenizer, max_new_tokens=max_new_tokens, do_sample=False,
-                             output_scores=True, return_dict_in_generate=True)
+        out = model.generate(
+            **inputs,
+            tokenizer=processor.tokenizer,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
         for scores in out.scores:
             top = scores[0].float().topk(2).values
             margin = min(margin, float(top[0] - top[1]))
@@ -214,6 +226,8 @@ def test_entry_fails_to_load_like_the_real_one(zoo_folder, name):
     except Exception as error:  # the exact exception the entry documents for the versions installed here
         assert type(error).__name__ == kind and str(error).startswith(message), (type(error).__name__, str(error))
     else:
-        pytest.fail(f"transformers {TRANSFORMERS_VERSION} loads {name}, but its entry says it fails with {entry.load_error}")
+        pytest.fail(
+            f"transformers {TRANSFORMERS_VERSION} loads {name}, but its entry says it fails with {entry.load_error}"
+        )
     model = load(folder)  # inside the workarounds the entry declares, it loads
     assert type(model).__name__ == zoo.build_model(name).__class__.__name__

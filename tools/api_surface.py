@@ -62,7 +62,11 @@ def _class_names(cls) -> dict:
             for name, member in vars(klass).items():
                 if name.startswith("__") and name.endswith("__"):
                     continue
-                names[name] = {"parameters": _parameters(member)} if _parameters(member) is not None else {"value": _jsonable(member) if not isinstance(member, property) else "<property>"}
+                names[name] = (
+                    {"parameters": _parameters(member)}
+                    if _parameters(member) is not None
+                    else {"value": _jsonable(member) if not isinstance(member, property) else "<property>"}
+                )
     return names
 
 
@@ -77,7 +81,12 @@ def _origin(value) -> str | None:
     if isinstance(typing_name, str) and getattr(typing, typing_name, None) is value:
         return f"typing:{typing_name}"
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    if isinstance(module, str) and isinstance(qualname, str) and "<" not in qualname and _resolves_to(f"{module}:{qualname}", value):
+    if (
+        isinstance(module, str)
+        and isinstance(qualname, str)
+        and "<" not in qualname
+        and _resolves_to(f"{module}:{qualname}", value)
+    ):
         return f"{module}:{qualname}"
     return None
 
@@ -106,7 +115,10 @@ def _module_names(name: str) -> dict[str, str | None] | None:
 
 
 def main() -> None:
-    real, sys.stdout = sys.stdout, sys.stderr  # transformers' own modules print while importing: keep them off the JSON
+    real, sys.stdout = (
+        sys.stdout,
+        sys.stderr,
+    )  # transformers' own modules print while importing: keep them off the JSON
     try:
         surface = collect()
     finally:

@@ -35,19 +35,38 @@ def main() -> int:
     codes: list[int] = []
     batches = [models] if command == "scan" else [[model] for model in models]  # scan takes a fleet, audit one model
     for batch in batches:
-        done = subprocess.run([sys.executable, "-m", "loadguard", command, *batch, *extra, "--format", "json"], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "loadguard", command, *batch, *extra, "--format", "json"],
+            capture_output=True,
+            text=True,
+        )
         sys.stderr.write(done.stderr)
         codes.append(done.returncode)
-        documents = [json.loads(line) for line in done.stdout.splitlines() if line.strip()] if command == "scan" else [json.loads(done.stdout or "null")]
+        documents = (
+            [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+            if command == "scan"
+            else [json.loads(done.stdout or "null")]
+        )
         for document in documents:
             if document is None:
-                rows.append(Row.failed(batch[0], done.stderr.strip().splitlines()[0] if done.stderr.strip() else f"exit {done.returncode}", None, command))
+                rows.append(
+                    Row.failed(
+                        batch[0],
+                        done.stderr.strip().splitlines()[0] if done.stderr.strip() else f"exit {done.returncode}",
+                        None,
+                        command,
+                    )
+                )
             elif command == "scan":
                 rows.append(Row.from_scan(document))
             else:
                 rows.append(Row.from_audit(document, batch[0]))
-    Path(os.environ.get("LOADGUARD_SARIF", "loadguard.sarif")).write_text(render("sarif", rows, command=command) + "\n")
-    annotations = render("github", rows, command=command)  # also appends the job summary when GITHUB_STEP_SUMMARY is set
+    Path(os.environ.get("LOADGUARD_SARIF", "loadguard.sarif")).write_text(
+        render("sarif", rows, command=command) + "\n"
+    )
+    annotations = render(
+        "github", rows, command=command
+    )  # also appends the job summary when GITHUB_STEP_SUMMARY is set
     if annotations:
         print(annotations)
     if all(c == 2 for c in codes):

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             if check is None:
                 continue
             if not check.get("ok"):
-                problems.append(f"transformers {version}: scan self-check failed: {check.get('error') or '; '.join(check['differing'][:5])}")
+                problems.append(
+                    f"transformers {version}: scan self-check failed: {check.get('error') or '; '.join(check['differing'][:5])}"
+                )
         for name, folder in folders.items():
             entry = zoo.get(name)
             for version in versions:
@@ -84,19 +86,29 @@ def main(argv: list[str] | None = None) -> int:
                     notes.append(f"{name} on {version}: not installable here ({scan_cell.error or full_cell.error})")
                     continue
                 if scan_cell.status == "error" and full_cell.status == "error":  # refused alike: they agree
-                    notes.append(f"{name} on {version}: transformers {version} cannot load it at all ({full_cell.error[:160]})")
+                    notes.append(
+                        f"{name} on {version}: transformers {version} cannot load it at all ({full_cell.error[:160]})"
+                    )
                     continue
                 if scan_cell.status == "error" or full_cell.status == "error":
-                    problems.append(f"{name} on {version}: scan {scan_cell.status} {scan_cell.error}; audit {full_cell.status} {full_cell.error}")
+                    problems.append(
+                        f"{name} on {version}: scan {scan_cell.status} {scan_cell.error}; audit {full_cell.status} {full_cell.error}"
+                    )
                     continue
                 predicted, invisible = selfcheck.reconcile(scan_cell.report["findings"], failing(full_cell), folder)
                 if predicted != failing(full_cell):
-                    problems.append(f"{name} on {version}: scan predicts {predicted}, the full audit finds {failing(full_cell)}")
+                    problems.append(
+                        f"{name} on {version}: scan predicts {predicted}, the full audit finds {failing(full_cell)}"
+                    )
                 if invisible:
-                    notes.append(f"{name} on {version}: {len(invisible)} predicted constant fill(s) onto the very constant the checkpoint holds (invisible to the audit)")
+                    notes.append(
+                        f"{name} on {version}: {len(invisible)} predicted constant fill(s) onto the very constant the checkpoint holds (invisible to the audit)"
+                    )
                 expected = {f.tensor: f.status for f in entry.expected_for(2)} if not version.startswith("4.") else {}
                 if failing(full_cell) != expected:
-                    notes.append(f"{name} on {version}: {len(failing(full_cell))} tensor(s) wrong where the entry documents {len(expected)}")
+                    notes.append(
+                        f"{name} on {version}: {len(failing(full_cell))} tensor(s) wrong where the entry documents {len(expected)}"
+                    )
         shown = [folders[n] for n in README_MODELS if n in folders]
         table = None
         if shown:
@@ -116,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     for version in versions:
         check = scanned.selfchecks.get(version)
         state = "not run (environment unavailable)" if check is None else ("passed" if check.get("ok") else "FAILED")
-        print(f"- transformers {version}: {state}" + (f" ({check.get('seconds', 0):.1f} s{', recorded' if check.get('cached') else ''})" if check else ""))
+        print(
+            f"- transformers {version}: {state}"
+            + (f" ({check.get('seconds', 0):.1f} s{', recorded' if check.get('cached') else ''})" if check else "")
+        )
     print(f"\n## Differential over {len(names)} zoo entries x {len(versions)} versions\n")
     print("\n".join(f"- {p}" for p in problems) or "- every cell: scan == full audit")
     print("\n## Where a version breaks an entry otherwise than the entry documents (information)\n")

@@ -19,7 +19,10 @@ from loadguard.runner import HfRunner, eager_load
 # (width, height) of the images: three sizes, as in the suite where the MiniCPM-V bug surfaced; the large one
 # is sliced by the image processor
 IMAGE_SIZES = {"small": (24, 40), "medium": (32, 32), "large": (64, 48)}
-PROMPTS = {"single": "(<image>./</image>) describe what you see .", "multi": "(<image>./</image>) (<image>./</image>) what do you see ?"}
+PROMPTS = {
+    "single": "(<image>./</image>) describe what you see .",
+    "multi": "(<image>./</image>) (<image>./</image>) what do you see ?",
+}
 MAX_TOKENS = 8
 NUM_LOGPROBS = 5
 IMPORT_WORKAROUNDS = ["v4-attn-mask-utils", "remote-code-typing-aliases", "v4-tied-weights-keys"]
@@ -36,7 +39,9 @@ def engine(model_path):
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(model_path, trust_remote_code=True)
-    runner = HfRunner.from_model(eager_load(model_path, trust_remote_code=True, workarounds=IMPORT_WORKAROUNDS), processor)
+    runner = HfRunner.from_model(
+        eager_load(model_path, trust_remote_code=True, workarounds=IMPORT_WORKAROUNDS), processor
+    )
 
     def generate(prompts, images):
         return runner.generate_greedy_logprobs_limit(prompts, MAX_TOKENS, NUM_LOGPROBS, images=images)

@@ -34,27 +34,64 @@ def load(cls, *args, **kwargs):
 def _arch(name: str):
     """(config, base class, head class, classification class or None, the head's key prefix) of a tiny model."""
     t = transformers
-    decoder = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=16, patch_size=8)
+    decoder = dict(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=16, patch_size=8
+    )
     if name == "decoder":
         return t.LlamaConfig(**decoder), t.LlamaModel, t.LlamaForCausalLM, t.LlamaForSequenceClassification
     if name == "moe":
-        return t.MixtralConfig(**decoder, num_local_experts=4, num_experts_per_tok=2), t.MixtralModel, t.MixtralForCausalLM, t.MixtralForSequenceClassification
+        return (
+            t.MixtralConfig(**decoder, num_local_experts=4, num_experts_per_tok=2),
+            t.MixtralModel,
+            t.MixtralForCausalLM,
+            t.MixtralForSequenceClassification,
+        )
     if name == "encoder":
-        config = t.BertConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
+        config = t.BertConfig(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2
+        )
         return config, t.BertModel, t.BertForMaskedLM, t.BertForSequenceClassification
     if name == "encoder_decoder":
-        config = t.BartConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-                              encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32)
+        config = t.BartConfig(
+            vocab_size=64,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            max_position_embeddings=32,
+        )
         return config, t.BartModel, t.BartForConditionalGeneration, t.BartForSequenceClassification
     if name == "vision":
         return t.ViTConfig(**vision), t.ViTModel, t.ViTForImageClassification, None
     if name == "vlm":
-        config = t.LlavaConfig(text_config=t.LlamaConfig(**decoder), vision_config=t.CLIPVisionConfig(**vision), image_token_index=63)
+        config = t.LlavaConfig(
+            text_config=t.LlamaConfig(**decoder), vision_config=t.CLIPVisionConfig(**vision), image_token_index=63
+        )
         return config, t.LlavaModel, t.LlavaForConditionalGeneration, None
     if name == "speech":
-        config = t.Wav2Vec2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  conv_dim=(8, 8), conv_stride=(4, 4), conv_kernel=(8, 4), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2)
+        config = t.Wav2Vec2Config(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            conv_dim=(8, 8),
+            conv_stride=(4, 4),
+            conv_kernel=(8, 4),
+            num_conv_pos_embeddings=8,
+            num_conv_pos_embedding_groups=2,
+        )
         return config, t.Wav2Vec2Model, t.Wav2Vec2ForCTC, t.Wav2Vec2ForSequenceClassification
     if name == "classifier":
         config = t.DistilBertConfig(vocab_size=64, dim=16, hidden_dim=32, n_layers=2, n_heads=2)
@@ -97,7 +134,9 @@ def test_head_from_base_checkpoint(arch, tmp_path):
     config, base, head, _ = _arch(arch)
     build(base, config).save_pretrained(tmp_path)
     model = load(head, tmp_path)
-    assert isinstance(model, head)  # the head's own tensors (if untied) are missing on purpose: _init_weights makes them
+    assert isinstance(
+        model, head
+    )  # the head's own tensors (if untied) are missing on purpose: _init_weights makes them
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
@@ -166,7 +205,9 @@ def test_checkpoint_that_omits_tied_weights(tmp_path):
     assert torch.equal(again.lm_head.weight, again.model.embed_tokens.weight) and same_state(model, again)
 
 
-@pytest.mark.skipif(os.environ.get("LOADGUARD_PEER_BROKEN") != "1", reason="the positive side runs with LOADGUARD_PEER_BROKEN=1")
+@pytest.mark.skipif(
+    os.environ.get("LOADGUARD_PEER_BROKEN") != "1", reason="the positive side runs with LOADGUARD_PEER_BROKEN=1"
+)
 def test_a_model_that_really_loads_broken(tmp_path):
     """A remote-code model whose non-persistent buffers transformers 5 leaves uninitialized: shapes are right, so this
     test passes without loadguard; under the plugin it must fail."""
@@ -190,17 +231,32 @@ def test_a_tie_the_config_asks_for_and_the_checkpoint_declines(head, tmp_path):
     assert same_state(model, load(cls, tmp_path))
 
 
-@pytest.mark.skipif(os.environ.get("LOADGUARD_PEER_BROKEN") != "1", reason="the positive side runs with LOADGUARD_PEER_BROKEN=1")
+@pytest.mark.skipif(
+    os.environ.get("LOADGUARD_PEER_BROKEN") != "1", reason="the positive side runs with LOADGUARD_PEER_BROKEN=1"
+)
 def test_a_missing_scalar_nothing_initializes_loads_broken(tmp_path):
     """CLIP's logit_scale absent from the checkpoint: transformers lists it as newly initialized, but CLIPModel's
     _init_weights never writes it, so it keeps leftover memory. Its shape is right: this test passes without loadguard;
     under the plugin, without poison, it must fail."""
     from safetensors.torch import load_file, save_file
 
-    text = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=20,
-                bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
-    build(transformers.CLIPModel, transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)).save_pretrained(tmp_path)
+    text = dict(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=20,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    vision = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
+    )
+    build(
+        transformers.CLIPModel, transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=8)
+    ).save_pretrained(tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
     del tensors["logit_scale"]
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})

@@ -97,12 +97,16 @@ def _matched_prefix(ids_0: Sequence[int], ids_1: Sequence[int]) -> int:
 
 def _notify(kind: str, outputs_0_lst, outputs_1_lst, result: ComparisonResult, tolerance: float | None) -> None:
 
-    observers.notify("compare", kind=kind, outputs_0=outputs_0_lst, outputs_1=outputs_1_lst, result=result, tolerance=tolerance)
+    observers.notify(
+        "compare", kind=kind, outputs_0=outputs_0_lst, outputs_1=outputs_1_lst, result=result, tolerance=tolerance
+    )
 
 
 def _raise_if_failed(result: ComparisonResult) -> ComparisonResult:
     if not result.ok:
-        lines = [f"{len(result.failures)} of {len(result.prompts)} prompt(s) differ between {result.name_0} and {result.name_1}:"]
+        lines = [
+            f"{len(result.failures)} of {len(result.prompts)} prompt(s) differ between {result.name_0} and {result.name_1}:"
+        ]
         lines += [p.message for p in result.failures]
         raise AssertionError("\n".join(lines))
     return result
@@ -124,7 +128,9 @@ def check_outputs_equal(
     name_1: str,
 ) -> ComparisonResult:
     """Every prompt's ``(ids, text)`` must be identical on both sides."""
-    assert len(outputs_0_lst) == len(outputs_1_lst), f"{name_0} has {len(outputs_0_lst)} outputs, {name_1} has {len(outputs_1_lst)}"
+    assert len(outputs_0_lst) == len(outputs_1_lst), (
+        f"{name_0} has {len(outputs_0_lst)} outputs, {name_1} has {len(outputs_1_lst)}"
+    )
     prompts = []
     for index, (out_0, out_1) in enumerate(zip(outputs_0_lst, outputs_1_lst)):
         ids_0, text_0 = list(out_0[0]), out_0[1]
@@ -200,7 +206,9 @@ def check_logprobs_close(
     warns; ``always_check_logprobs=True`` checks position 0 only; ``num_outputs_0_skip_tokens`` drops that
     many leading tokens of side 0. Additions: see the module docstring.
     """
-    assert len(outputs_0_lst) == len(outputs_1_lst), f"{name_0} has {len(outputs_0_lst)} outputs, {name_1} has {len(outputs_1_lst)}"
+    assert len(outputs_0_lst) == len(outputs_1_lst), (
+        f"{name_0} has {len(outputs_0_lst)} outputs, {name_1} has {len(outputs_1_lst)}"
+    )
     if near_tie is not None and near_tie < 0:
         raise ValueError("near_tie is a logprob gap and must be >= 0")
     prompts = []
@@ -212,12 +220,15 @@ def check_logprobs_close(
         header = f"Test{index}:"
         both = (f"  {name_0}: {_show(ids_0, text_0, None)}", f"  {name_1}: {_show(ids_1, text_1, None)}")
 
-        bad = [(name, found) for name, lp in ((name_0, logprobs_0), (name_1, logprobs_1)) if (found := _non_finite(lp))]
+        bad = [
+            (name, found) for name, lp in ((name_0, logprobs_0), (name_1, logprobs_1)) if (found := _non_finite(lp))
+        ]
         if bad:
             name, (position, token, value) = bad[0]
             message = (
                 f"{header} {name} has a non-finite logprob ({value}) for token {token} at position {position}: "
-                "the model's output is NaN/Inf, not a token choice (audit its load: `loadguard audit PATH`, or loadguard.audit(model))\n" + "\n".join(both)
+                "the model's output is NaN/Inf, not a token choice (audit its load: `loadguard audit PATH`, or loadguard.audit(model))\n"
+                + "\n".join(both)
             )
             prompts.append(PromptComparison(index, False, prefix, None, None, message))
             continue
@@ -247,7 +258,9 @@ def check_logprobs_close(
                 if max(gap_0, gap_1) > near_tie:
                     failure = f"{where}\n  not a near tie: logprob gaps {gap_0:.4f} ({name_0}) and {gap_1:.4f} ({name_1}) exceed near_tie={near_tie}"
                 else:
-                    notes.append(f"{header} near tie at position {position} (gaps {gap_0:.4f}, {gap_1:.4f} <= {near_tie})")
+                    notes.append(
+                        f"{header} near tie at position {position} (gaps {gap_0:.4f}, {gap_1:.4f} <= {near_tie})"
+                    )
             if failure:
                 break
             if mismatch:
@@ -258,7 +271,10 @@ def check_logprobs_close(
                 break  # compatible semantics: only position 0 is checked
         else:
             if check_lengths and len(ids_0) != len(ids_1):
-                failure = f"{header} lengths differ: {name_0} has {len(ids_0)} tokens, {name_1} has {len(ids_1)} (one is a prefix of the other)\n" + "\n".join(both)
+                failure = (
+                    f"{header} lengths differ: {name_0} has {len(ids_0)} tokens, {name_1} has {len(ids_1)} (one is a prefix of the other)\n"
+                    + "\n".join(both)
+                )
             elif text_0 is not None and text_1 is not None and text_0 != text_1 and warn_on_mismatch:
                 notes.append(f"{header} same tokens, different text: {name_0} {text_0!r}, {name_1} {text_1!r}")
         for note in notes:

@@ -43,9 +43,11 @@ def fixes_hint(names: Iterable[str], how: str = "api") -> str:
 def eager_hint(how: str = "api") -> str:
     """How to load with eager attention, as the CLI, the pytest plugin or the API says it."""
     if how == "cli":
-        return "run again with --attn-implementation eager (from_pretrained(..., attn_implementation=\"eager\") in code)"
-    return ('load with attn_implementation="eager": from_pretrained(path, attn_implementation="eager"), '
-            'loadguard.load(..., attn_implementation="eager") or HfRunner(path, model_kwargs={"attn_implementation": "eager"})')
+        return 'run again with --attn-implementation eager (from_pretrained(..., attn_implementation="eager") in code)'
+    return (
+        'load with attn_implementation="eager": from_pretrained(path, attn_implementation="eager"), '
+        'loadguard.load(..., attn_implementation="eager") or HfRunner(path, model_kwargs={"attn_implementation": "eager"})'
+    )
 
 
 def hint_for(error: LoadguardError, how: str = "cli") -> str:
@@ -57,7 +59,9 @@ def hint_for(error: LoadguardError, how: str = "cli") -> str:
     return error.hint
 
 
-def command_line(command: str, path: str, *, trust_remote_code: bool = False, workarounds=(), extra: tuple[str, ...] = ()) -> str:
+def command_line(
+    command: str, path: str, *, trust_remote_code: bool = False, workarounds=(), extra: tuple[str, ...] = ()
+) -> str:
     """The ``loadguard`` command a hint suggests, with the loading flags the user ran with, quoted to paste."""
     words = ["loadguard", *command.split(), path]
     if trust_remote_code:

@@ -44,6 +44,7 @@ class Check(Vocabulary):
 
 FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})
 
+
 def is_failing(status: str | Status) -> bool:
     return Status(status) in FAILING_STATUSES
 

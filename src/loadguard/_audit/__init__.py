@@ -10,10 +10,26 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "auditing": ("audit", "check_summary", "computed_state", "meta_leftovers", "resolve_reference", "tied_weights", "versions"),
+        "auditing": (
+            "audit",
+            "check_summary",
+            "computed_state",
+            "meta_leftovers",
+            "resolve_reference",
+            "tied_weights",
+            "versions",
+        ),
         "checks": ("CONSTANT_FILL_NOTE",),
         "inventory": ("Inventory",),
-        "loading": ("UNREPAIRED_HINT", "attach", "describe_failures", "describe_unrepaired", "held", "load", "load_unaudited"),
+        "loading": (
+            "UNREPAIRED_HINT",
+            "attach",
+            "describe_failures",
+            "describe_unrepaired",
+            "held",
+            "load",
+            "load_unaudited",
+        ),
         "reference": ("default_dtype", "persistent_buffers_needed"),
         "repairing": ("repair",),
         "reproducer": ("write_reproducers",),

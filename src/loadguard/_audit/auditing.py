@@ -39,7 +39,11 @@ def versions() -> dict[str, str]:
     import transformers
 
     # torch.__version__ keeps its local part (2.13.0+cpu, 2.14.1+cu130); the build says which kernels ran
-    out = {"torch": torch.__version__, "torch_build": f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", "transformers": transformers.__version__}
+    out = {
+        "torch": torch.__version__,
+        "torch_build": f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU",
+        "transformers": transformers.__version__,
+    }
     try:
         import accelerate
 
@@ -75,14 +79,21 @@ def _resolve_checkpoint(model: nn.Module, checkpoint: Any) -> tuple[Checkpoint |
                     return None, f"no checkpoint found in {name}"
                 raise
         if name == type(model).__name__:
-            return None, "no checkpoint folder: the model was not loaded from one (a state dict, a config, a model built in memory); pass checkpoint=PATH"
+            return (
+                None,
+                "no checkpoint folder: the model was not loaded from one (a state dict, a config, a model built in memory); pass checkpoint=PATH",
+            )
         return None, "no checkpoint given and the model's name_or_path is not a local folder (pass checkpoint=PATH)"
 
     snapshot = local_snapshot(str(checkpoint)) if isinstance(checkpoint, (str, os.PathLike)) else None
-    return Checkpoint.open(snapshot or Path(checkpoint)), ""  # a Hub id: the snapshot its load fetched into the HF cache
+    return Checkpoint.open(
+        snapshot or Path(checkpoint)
+    ), ""  # a Hub id: the snapshot its load fetched into the HF cache
 
 
-def resolve_reference(model: nn.Module, reference: Any, persistent_buffers: bool = True) -> tuple[Reference | None, str]:
+def resolve_reference(
+    model: nn.Module, reference: Any, persistent_buffers: bool = True
+) -> tuple[Reference | None, str]:
     if reference is None or reference is False:
         return None, "skipped: reference=None"
     if isinstance(reference, Reference):
@@ -98,7 +109,9 @@ def resolve_reference(model: nn.Module, reference: Any, persistent_buffers: bool
 def _offloaded(finding: Finding, offload) -> Finding:
 
     where = offload.where(finding.tensor)
-    return dataclasses.replace(finding, device=f"offloaded ({where})", detail=f"{finding.detail} (as accelerate's hook loads it from {where})")
+    return dataclasses.replace(
+        finding, device=f"offloaded ({where})", detail=f"{finding.detail} (as accelerate's hook loads it from {where})"
+    )
 
 
 def _hook_reads_the_checkpoint(offload, name: str, checkpoint: Checkpoint, key: str) -> bool:
@@ -138,7 +151,9 @@ def check_summary(check: Check, checked: int, findings: list[Finding], reason: s
     )
 
 
-def meta_leftovers(inventory: Inventory, offloaded: dict[str, str] | None = None, skip: set[str] = frozenset()) -> tuple[list[Finding], CheckSummary]:
+def meta_leftovers(
+    inventory: Inventory, offloaded: dict[str, str] | None = None, skip: set[str] = frozenset()
+) -> tuple[list[Finding], CheckSummary]:
     """Tensors still on meta. ``skip``: names whose value is elsewhere on purpose (accelerate's offload, verified
     from there; a scan's loaded tensors); ``offloaded``: offloaded names with no value anywhere, and why."""
     offloaded = offloaded or {}
@@ -148,7 +163,11 @@ def meta_leftovers(inventory: Inventory, offloaded: dict[str, str] | None = None
 
 
 def computed_state(
-    inventory: Inventory, ref: Reference | None, ref_reason: str, on_meta: set[str], value: Callable[[str], torch.Tensor] | None = None
+    inventory: Inventory,
+    ref: Reference | None,
+    ref_reason: str,
+    on_meta: set[str],
+    value: Callable[[str], torch.Tensor] | None = None,
 ) -> tuple[list[Finding], CheckSummary]:
     """Every non-persistent buffer and tensor attribute (each alias) against what the model's code computes.
     ``value(name)``: where a tensor's value is read (default: the module's own)."""
@@ -169,7 +188,9 @@ def computed_state(
     return found, check_summary(Check.NON_PERSISTENT_BUFFER, len(entries), found, reason)
 
 
-def tied_weights(inventory: Inventory, ties, value: Callable[[str], torch.Tensor] | None, loaded_from: Callable[[str], str | None]) -> list[Finding]:
+def tied_weights(
+    inventory: Inventory, ties, value: Callable[[str], torch.Tensor] | None, loaded_from: Callable[[str], str | None]
+) -> list[Finding]:
     """Every declared tie whose target is not the same tensor as its source: its value must still be the source's.
     ``value`` None: a scan (no values; only a tie missing from the checkpoint and not made can be seen);
     ``loaded_from(name)``: the checkpoint key a tensor was loaded from, None when the checkpoint lacks it."""
@@ -180,7 +201,9 @@ def tied_weights(inventory: Inventory, ties, value: Callable[[str], torch.Tensor
                 continue  # the same tensor: its value is the source's, verified there
             source_value = value(tie.source) if value is not None else None
             target_value = value(tie.target) if value is not None else inventory.tensor(tie.target)
-            finding = checks.check_tie(inventory[tie.target], target_value, tie.source, source_value, tie.how, loaded_from(tie.target))
+            finding = checks.check_tie(
+                inventory[tie.target], target_value, tie.source, source_value, tie.how, loaded_from(tie.target)
+            )
             if finding is not None:
                 found.append(finding)
     return found
@@ -199,7 +222,9 @@ def _replay_initialization(model: nn.Module, names: list[str]) -> Replay | None:
     return initialization(model, names)
 
 
-def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", loading_info: Any = None) -> AuditReport:
+def audit(
+    model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", loading_info: Any = None
+) -> AuditReport:
     """Say which tensors of ``model`` are not what its code and its checkpoint define.
 
     Args:
@@ -250,7 +275,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
 
     start = time.perf_counter()
     ckpt, ckpt_reason = _resolve_checkpoint(model, checkpoint)
-    key_map: KeyMap | None = map_keys(model, ckpt, [e.name for e in inventory.state_entries]) if ckpt is not None else None
+    key_map: KeyMap | None = (
+        map_keys(model, ckpt, [e.name for e in inventory.state_entries]) if ckpt is not None else None
+    )
     seconds["checkpoint"] = time.perf_counter() - start
 
     # non-persistent buffers (and tensor attributes) against the reference; persistent buffers only where the
@@ -267,7 +294,11 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
 
     # checkpoint fidelity and missing keys (a declared tie target is decided by its tie, below)
     start = time.perf_counter()
-    ties = [t for t in tie_module.declared(model) if t.target in inventory and t.source in inventory and not {t.target, t.source} & on_meta]
+    ties = [
+        t
+        for t in tie_module.declared(model)
+        if t.target in inventory and t.source in inventory and not {t.target, t.source} & on_meta
+    ]
     tie_targets = {t.target for t in ties}
     state_entries = [e for e in inventory.state_entries if e.name not in on_meta]
     if ckpt is None or key_map is None:
@@ -279,15 +310,23 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
         pages = PageOracle()
         proven = 0
         # a tensor transformers flagged as loaded came from keys this map could not follow: not replayed
-        replay = _replay_initialization(model, [
-            e.name for e in state_entries
-            if (_is_missing(e.name, key_map, tie_targets) or e.name in info.mismatched)
-            and not getattr(inventory.tensor(e.name), "_is_hf_initialized", False)
-        ])
+        replay = _replay_initialization(
+            model,
+            [
+                e.name
+                for e in state_entries
+                if (_is_missing(e.name, key_map, tie_targets) or e.name in info.mismatched)
+                and not getattr(inventory.tensor(e.name), "_is_hf_initialized", False)
+            ],
+        )
         with torch.no_grad():
             for entry in state_entries:
                 key = key_map.to_checkpoint.get(entry.name)
-                if key is not None and entry.name in offload and _hook_reads_the_checkpoint(offload, entry.name, ckpt, key):
+                if (
+                    key is not None
+                    and entry.name in offload
+                    and _hook_reads_the_checkpoint(offload, entry.name, ckpt, key)
+                ):
                     proven += 1  # its hook reads the checkpoint's very bytes: equal without reading them
                     continue
                 loaded = value(entry.name)  # an offloaded one: read now, compared, dropped
@@ -297,7 +336,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
                     if _untouched(pages, ckpt, key, loaded):
                         proven += 1  # the very bytes of the file, never written since: equal without reading
                         continue
-                    finding = checks.check_checkpoint_fidelity(entry, loaded, ckpt.get(key), key, resized=entry.name in info.mismatched, replay=replay)
+                    finding = checks.check_checkpoint_fidelity(
+                        entry, loaded, ckpt.get(key), key, resized=entry.name in info.mismatched, replay=replay
+                    )
                     ckpt.release(key)  # one tensor of the file resident at a time
                     if finding is not None:
                         fidelity.append(finding)
@@ -305,22 +346,37 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
                     fidelity.append(checks.check_fused(entry, key_map.fused[entry.name]))
                 elif entry.name not in tie_targets:
                     reference_value = ref.values.get(entry.name) if ref is not None else None
-                    missing.append(checks.check_missing_key(entry, loaded, reference_value, reported=entry.name in info.missing, replay=replay))
+                    missing.append(
+                        checks.check_missing_key(
+                            entry, loaded, reference_value, reported=entry.name in info.missing, replay=replay
+                        )
+                    )
         pages.close()
         findings += fidelity + missing
         compared = sum(1 for e in state_entries if e.name in key_map.to_checkpoint)
         notes = []
         if proven:
-            rest = f", the other {compared - proven} compared" if compared > proven else ""  # nothing left to compare: not said
-            notes.append(f"{'all ' if compared == proven else ''}{proven} proven unmodified (the memory map's page state, or an offload hook reading "
-                         f"the checkpoint's own bytes){rest}")
+            rest = (
+                f", the other {compared - proven} compared" if compared > proven else ""
+            )  # nothing left to compare: not said
+            notes.append(
+                f"{'all ' if compared == proven else ''}{proven} proven unmodified (the memory map's page state, or an offload hook reading "
+                f"the checkpoint's own bytes){rest}"
+            )
         if key_map.unexpected:
             notes.append(f"{len(key_map.unexpected)} checkpoint keys map to no tensor of the model")
         if len(offload):
             notes.append(f"{len(offload)} offloaded by accelerate, verified as its hooks load them")
         summaries.append(check_summary(Check.CHECKPOINT_FIDELITY, compared, fidelity, "; ".join(notes)))
         summaries.append(check_summary(Check.MISSING_KEY, len(missing), missing))
-    tied = tied_weights(inventory, ties, value, (lambda name: key_map.to_checkpoint.get(name)) if key_map is not None else (lambda name: "(no checkpoint to tell)"))
+    tied = tied_weights(
+        inventory,
+        ties,
+        value,
+        (lambda name: key_map.to_checkpoint.get(name))
+        if key_map is not None
+        else (lambda name: "(no checkpoint to tell)"),
+    )
     findings += tied
     summaries.append(check_summary(Check.TIED_WEIGHTS, len(ties), tied))
     seconds["checkpoint"] += time.perf_counter() - start
@@ -328,7 +384,9 @@ def audit(model: nn.Module, checkpoint: Any = None, *, reference: Any = "auto", 
     findings = [_offloaded(f, offload) if f.tensor in offload else f for f in findings]
     findings = [explained(f, getattr(model, "loadguard_load_warnings", ())) for f in findings]
     overwritten = [f.tensor for f in findings if f.status == Status.OVERWRITTEN]
-    writers = _replay_initialization(model, overwritten)  # the line that wrote each, seen again with the write held back
+    writers = _replay_initialization(
+        model, overwritten
+    )  # the line that wrote each, seen again with the write held back
     findings = located(findings, ref, writers.written if writers is not None else None)
     return AuditReport(
         model=_model_name(model),

@@ -28,7 +28,6 @@ FLOAT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 _DEFAULT_TOLERANCE = (1.6e-2, 1e-3)  # float8 and other narrow types
 
 
-
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return FLOAT_TOLERANCES.get(dtype, _DEFAULT_TOLERANCE)
 
@@ -86,7 +85,9 @@ def _close(loaded: torch.Tensor, expected: torch.Tensor) -> bool:
 _UNKNOWN = object()
 
 
-def _describe_difference(loaded: torch.Tensor, expected: torch.Tensor, found: Any = _UNKNOWN) -> tuple[Status, str, float | None]:
+def _describe_difference(
+    loaded: torch.Tensor, expected: torch.Tensor, found: Any = _UNKNOWN
+) -> tuple[Status, str, float | None]:
     """Classify a buffer that differs from its reference: leftover memory, or a different value; with the finding's
     ``max_abs_diff`` (None where the loaded values are not finite). ``found``: :func:`garbage_and_finite` of ``loaded``, when
     the caller has it already (None included: nothing found)."""
@@ -98,16 +99,28 @@ def _describe_difference(loaded: torch.Tensor, expected: torch.Tensor, found: An
         if int(loaded.count_nonzero()) == size:
             false = size - int(expected.count_nonzero())
             if false:
-                return Status.UNINITIALIZED, f"all {size} values are True; the code computes {false} False", float(false)
+                return (
+                    Status.UNINITIALIZED,
+                    f"all {size} values are True; the code computes {false} False",
+                    float(false),
+                )
         differing = max_abs_diff(loaded, expected)
         return Status.MISMATCH, f"{int(differing)} of {size} values differ", differing
     if not bool(loaded.any()) and bool(expected.any()):
-        return Status.UNINITIALIZED, "all values are zero; the code computes non-zero values", max_abs_diff(loaded, expected)
+        return (
+            Status.UNINITIALIZED,
+            "all values are zero; the code computes non-zero values",
+            max_abs_diff(loaded, expected),
+        )
     differing = int((loaded != expected).count_nonzero())
-    return Status.MISMATCH, (
-        f"{differing} of {loaded.numel()} values differ from what the model's code computes "
-        "(leftover memory, or a value changed after loading)"
-    ), max_abs_diff(loaded, expected)
+    return (
+        Status.MISMATCH,
+        (
+            f"{differing} of {loaded.numel()} values differ from what the model's code computes "
+            "(leftover memory, or a value changed after loading)"
+        ),
+        max_abs_diff(loaded, expected),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -131,11 +144,26 @@ def check_non_persistent_buffer(
     if reference is None:
         reason = garbage(loaded)
         if reason:
-            return _finding(entry, Check.NON_PERSISTENT_BUFFER, Status.UNINITIALIZED, f"{reason} (no reference: {unverifiable_reason})")
-        return _finding(entry, Check.NON_PERSISTENT_BUFFER, Status.UNVERIFIABLE, f"not compared: {unverifiable_reason}; no NaN/Inf found")
+            return _finding(
+                entry,
+                Check.NON_PERSISTENT_BUFFER,
+                Status.UNINITIALIZED,
+                f"{reason} (no reference: {unverifiable_reason})",
+            )
+        return _finding(
+            entry,
+            Check.NON_PERSISTENT_BUFFER,
+            Status.UNVERIFIABLE,
+            f"not compared: {unverifiable_reason}; no NaN/Inf found",
+        )
     expected = reference.to(device=loaded.device, dtype=loaded.dtype)
     if tuple(expected.shape) != tuple(loaded.shape):
-        return _finding(entry, Check.NON_PERSISTENT_BUFFER, Status.MISMATCH, f"shape {tuple(loaded.shape)}, the code computes {tuple(expected.shape)}")
+        return _finding(
+            entry,
+            Check.NON_PERSISTENT_BUFFER,
+            Status.MISMATCH,
+            f"shape {tuple(loaded.shape)}, the code computes {tuple(expected.shape)}",
+        )
     if torch.equal(loaded, expected):
         return None
     found = garbage_and_finite(loaded)
@@ -146,7 +174,12 @@ def check_non_persistent_buffer(
 
 
 def check_checkpoint_fidelity(
-    entry: TensorEntry, loaded: torch.Tensor, stored: torch.Tensor, key: str, resized: bool = False, replay: Replay | None = None
+    entry: TensorEntry,
+    loaded: torch.Tensor,
+    stored: torch.Tensor,
+    key: str,
+    resized: bool = False,
+    replay: Replay | None = None,
 ) -> Finding | None:
     """A state-dict tensor against its checkpoint value after the same dtype cast: exact equality. The common
     case (equal) streams: see :func:`equal_after_cast`; only a tensor that differs is looked at in full.
@@ -159,22 +192,42 @@ def check_checkpoint_fidelity(
         if resized:
             reason = garbage(loaded)
             if reason:
-                return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.UNINITIALIZED, f"size mismatch ignored on request, then never initialized: {reason}")
-            what = (f"size mismatch ignored on request (ignore_mismatched_sizes): checkpoint {key!r} has {tuple(stored.shape)}, the model "
-                    f"{tuple(loaded.shape)}")
+                return _finding(
+                    entry,
+                    Check.CHECKPOINT_FIDELITY,
+                    Status.UNINITIALIZED,
+                    f"size mismatch ignored on request, then never initialized: {reason}",
+                )
+            what = (
+                f"size mismatch ignored on request (ignore_mismatched_sizes): checkpoint {key!r} has {tuple(stored.shape)}, the model "
+                f"{tuple(loaded.shape)}"
+            )
             return _initialized(entry, Check.CHECKPOINT_FIDELITY, what, "mismatched_keys", replay)
-        return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.MISMATCH, f"shape {tuple(loaded.shape)}, checkpoint {key!r} has {tuple(stored.shape)}")
+        return _finding(
+            entry,
+            Check.CHECKPOINT_FIDELITY,
+            Status.MISMATCH,
+            f"shape {tuple(loaded.shape)}, checkpoint {key!r} has {tuple(stored.shape)}",
+        )
     if equal_after_cast(loaded, stored):
         return None
     expected = stored.to(device=loaded.device, dtype=loaded.dtype)
-    if loaded.dtype.is_floating_point and bool((torch.isnan(loaded) == torch.isnan(expected)).all()) and torch.equal(
-        torch.nan_to_num(loaded), torch.nan_to_num(expected)
+    if (
+        loaded.dtype.is_floating_point
+        and bool((torch.isnan(loaded) == torch.isnan(expected)).all())
+        and torch.equal(torch.nan_to_num(loaded), torch.nan_to_num(expected))
     ):
         return None  # the checkpoint itself holds NaN in the same places
     found = garbage_and_finite(loaded)
     diff = _difference(loaded, expected, found is None or found[1])
     if found and not garbage(expected):
-        return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.UNINITIALIZED, f"{found[0]}; checkpoint {key!r} holds real values", diff)
+        return _finding(
+            entry,
+            Check.CHECKPOINT_FIDELITY,
+            Status.UNINITIALIZED,
+            f"{found[0]}; checkpoint {key!r} holds real values",
+            diff,
+        )
     differing = int((loaded != expected).count_nonzero())
     return _finding(
         entry,
@@ -230,7 +283,14 @@ def check_predicted_write(entry: TensorEntry, ops: list[str], replaced: bool, wh
     return _finding(entry, Check.CHECKPOINT_FIDELITY, Status.OVERWRITTEN, detail)
 
 
-def check_tie(entry: TensorEntry, loaded: torch.Tensor, source: str, source_value: torch.Tensor | None, how: str, loaded_from: str | None) -> Finding | None:
+def check_tie(
+    entry: TensorEntry,
+    loaded: torch.Tensor,
+    source: str,
+    source_value: torch.Tensor | None,
+    how: str,
+    loaded_from: str | None,
+) -> Finding | None:
     """A tensor the model declares tied to ``source`` that is not the same tensor: its value must still be the
     source's. ``loaded_from``: the checkpoint key it was loaded from (None: not in the checkpoint, so whatever it holds
     came from initialization). ``source_value`` None: a scan, where only the missing tie can be seen."""
@@ -238,25 +298,45 @@ def check_tie(entry: TensorEntry, loaded: torch.Tensor, source: str, source_valu
         if loaded_from is not None:
             return None
         return _finding(
-            entry, Check.TIED_WEIGHTS, Status.MISMATCH,
+            entry,
+            Check.TIED_WEIGHTS,
+            Status.MISMATCH,
             f"declared tied to {source} ({how}) and not in the checkpoint, but not tied after loading: it keeps whatever initialized it",
         )
-    if tuple(source_value.shape) == tuple(loaded.shape) and (loaded.device.type == "meta" or source_value.device.type == "meta"):
+    if tuple(source_value.shape) == tuple(loaded.shape) and (
+        loaded.device.type == "meta" or source_value.device.type == "meta"
+    ):
         return None
-    if tuple(source_value.shape) == tuple(loaded.shape) and torch.equal(loaded, source_value.to(device=loaded.device, dtype=loaded.dtype)):
+    if tuple(source_value.shape) == tuple(loaded.shape) and torch.equal(
+        loaded, source_value.to(device=loaded.device, dtype=loaded.dtype)
+    ):
         return None
     if how != "mapping" and loaded_from is not None:
         return None  # a 4.x-style list is a hint, not a mapping: a value the checkpoint gave it stands
-    differing = int((loaded != source_value.to(device=loaded.device, dtype=loaded.dtype)).sum()) if source_value.shape == loaded.shape else loaded.numel()
-    origin = f"loaded from checkpoint key {loaded_from!r}" if loaded_from else "not in the checkpoint: it holds what initialized it, never tied"
+    differing = (
+        int((loaded != source_value.to(device=loaded.device, dtype=loaded.dtype)).sum())
+        if source_value.shape == loaded.shape
+        else loaded.numel()
+    )
+    origin = (
+        f"loaded from checkpoint key {loaded_from!r}"
+        if loaded_from
+        else "not in the checkpoint: it holds what initialized it, never tied"
+    )
     return _finding(
-        entry, Check.TIED_WEIGHTS, Status.MISMATCH,
+        entry,
+        Check.TIED_WEIGHTS,
+        Status.MISMATCH,
         f"declared tied to {source} ({how}), but not the same tensor and {differing} of {loaded.numel()} values differ ({origin})",
-        max_abs_diff(loaded, source_value.to(device=loaded.device, dtype=loaded.dtype)) if source_value.shape == loaded.shape else None,
+        max_abs_diff(loaded, source_value.to(device=loaded.device, dtype=loaded.dtype))
+        if source_value.shape == loaded.shape
+        else None,
     )
 
 
-def _initialized(entry: TensorEntry, check: Check, what: str, reported_as: str | None, replay: Replay | None) -> Finding:
+def _initialized(
+    entry: TensorEntry, check: Check, what: str, reported_as: str | None, replay: Replay | None
+) -> Finding:
     """A tensor the load did not fill from the checkpoint (``what``) and whose values look real: ``initialized`` only
     when weight initialization was seen writing it.
 
@@ -271,9 +351,13 @@ def _initialized(entry: TensorEntry, check: Check, what: str, reported_as: str |
         replay = None  # a tensor the replay did not watch (transformers flagged it loaded): it observed nothing of it
     if replay is None:
         if reported_as:
-            return _finding(entry, check, Status.INITIALIZED, f"{what}: initialized by the model's code, as {claim}; not replayed")
+            return _finding(
+                entry, check, Status.INITIALIZED, f"{what}: initialized by the model's code, as {claim}; not replayed"
+            )
         return _finding(
-            entry, check, Status.UNVERIFIABLE,
+            entry,
+            check,
+            Status.UNVERIFIABLE,
             f"{what}: initialized by code, not loaded; no NaN/Inf/INT_MAX found "
             "(load under loadguard.poison() so leftover memory cannot pass for a value)",
         )
@@ -281,24 +365,37 @@ def _initialized(entry: TensorEntry, check: Check, what: str, reported_as: str |
         where = replay.written.get(entry.name) or ""
         how = "replaced by" if entry.name in replay.replaced else "written by"
         at = f" at {where}" if where else ""
-        return _finding(entry, check, Status.INITIALIZED, f"{what}: {how} weight initialization{at} (seen in a replay){'; ' + claim if claim else ''}")
+        return _finding(
+            entry,
+            check,
+            Status.INITIALIZED,
+            f"{what}: {how} weight initialization{at} (seen in a replay){'; ' + claim if claim else ''}",
+        )
     if replay.error:
         return _finding(
-            entry, check, Status.UNVERIFIABLE,
+            entry,
+            check,
+            Status.UNVERIFIABLE,
             f"{what}: {claim or 'not loaded'}, but replaying weight initialization failed ({replay.error}): whether anything "
             "wrote it is not known (load under loadguard.poison() to make leftover memory NaN)",
         )
     ran = ", ".join(replay.ran[:3]) + (", ..." if len(replay.ran) > 3 else "")
     said = f"{claim}, but nothing wrote it" if claim else "nothing wrote it"
     return _finding(
-        entry, check, Status.UNINITIALIZED,
+        entry,
+        check,
+        Status.UNINITIALIZED,
         f"{what}: {said}: weight initialization ({ran}) has no branch for it, so it holds the memory the load gave it "
         "(torch.empty_like), not a value",
     )
 
 
 def check_missing_key(
-    entry: TensorEntry, loaded: torch.Tensor, reference: torch.Tensor | None, reported: bool = False, replay: Replay | None = None
+    entry: TensorEntry,
+    loaded: torch.Tensor,
+    reference: torch.Tensor | None,
+    reported: bool = False,
+    replay: Replay | None = None,
 ) -> Finding:
     """A state-dict tensor the checkpoint does not hold: initialized by code, not loaded.
 
@@ -308,11 +405,20 @@ def check_missing_key(
     if reference is not None:
         expected = reference.to(device=loaded.device, dtype=loaded.dtype)
         if expected.shape == loaded.shape and matches(loaded, expected):
-            return _finding(entry, Check.MISSING_KEY, Status.UNVERIFIABLE, "not in the checkpoint; equals what the model's code computes")
+            return _finding(
+                entry,
+                Check.MISSING_KEY,
+                Status.UNVERIFIABLE,
+                "not in the checkpoint; equals what the model's code computes",
+            )
         if expected.shape == loaded.shape:
             status, detail, diff = _describe_difference(loaded, expected)
             return _finding(entry, Check.MISSING_KEY, status, f"not in the checkpoint; {detail}", diff)
     reason = garbage(loaded)
     if reason:
-        return _finding(entry, Check.MISSING_KEY, Status.UNINITIALIZED, f"not in the checkpoint and never initialized: {reason}")
-    return _initialized(entry, Check.MISSING_KEY, "missing from the checkpoint", "missing_keys" if reported else None, replay)
+        return _finding(
+            entry, Check.MISSING_KEY, Status.UNINITIALIZED, f"not in the checkpoint and never initialized: {reason}"
+        )
+    return _initialized(
+        entry, Check.MISSING_KEY, "missing from the checkpoint", "missing_keys" if reported else None, replay
+    )

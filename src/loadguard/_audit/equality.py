@@ -18,7 +18,6 @@ _POOL = None
 def _pool():
     global _POOL
     if _POOL is None:
-
         _POOL = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="loadguard-compare")
     return _POOL
 
@@ -55,7 +54,9 @@ def bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if parts == 1:
         return _same_bytes(flat_a, flat_b)
     step = -(-flat_a.numel() // parts)
-    return all(_pool().map(lambda i: _same_bytes(flat_a[i : i + step], flat_b[i : i + step]), range(0, flat_a.numel(), step)))
+    return all(
+        _pool().map(lambda i: _same_bytes(flat_a[i : i + step], flat_b[i : i + step]), range(0, flat_a.numel(), step))
+    )
 
 
 def equal_after_cast(loaded: torch.Tensor, stored: torch.Tensor) -> bool:

@@ -53,8 +53,14 @@ class Inventory:
         first_name: dict[object, str] = {}
         for module_name, module in model.named_modules(remove_duplicate=False):
             non_persistent = getattr(module, "_non_persistent_buffers_set", set())
-            attributes = {k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor) and not k.startswith("__")}
-            for kind, table in (("parameter", module._parameters), ("buffer", module._buffers), ("attribute", attributes)):
+            attributes = {
+                k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor) and not k.startswith("__")
+            }
+            for kind, table in (
+                ("parameter", module._parameters),
+                ("buffer", module._buffers),
+                ("attribute", attributes),
+            ):
                 for attribute, tensor in table.items():
                     if tensor is None:
                         continue

@@ -29,7 +29,15 @@ def describe_failures(report: AuditReport, limit: int = 8) -> str:
     return f"{len(failures)} tensor(s) of {report.model} are not what its code and checkpoint define: {listed}{more}"
 
 
-def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = False, workarounds: Any = (), strict_stale: bool = False, **from_pretrained_kwargs: Any):
+def load_unaudited(
+    model_class: Any,
+    path: str | os.PathLike,
+    *,
+    poison: bool = False,
+    workarounds: Any = (),
+    strict_stale: bool = False,
+    **from_pretrained_kwargs: Any,
+):
     """``from_pretrained`` as a user writes it, after loadguard's pre-flight checks (folder, config, trust,
     checkpoint files) and inside the ``before_import`` workarounds and, if asked, :func:`loadguard.poison`.
     No audit. Returns ``(model, outcomes of the before_import workarounds)``; every failure is a typed
@@ -46,12 +54,15 @@ def load_unaudited(model_class: Any, path: str | os.PathLike, *, poison: bool = 
         from_pretrained_kwargs["dtype"] = _hf.parse_dtype(from_pretrained_kwargs["dtype"])
     config = _files.read_config(path, bool(from_pretrained_kwargs.get("trust_remote_code", False)))
     _hf.check_checkpoint(path)
+
     def attempt(active: tuple[str, ...]):
         cls = _hf.resolve_class(model_class, config)  # inside: a workaround may give back an auto class auto_map names
         with poison_context() if poison else contextlib.nullcontext():
             return _hf.from_pretrained(cls, path, active_workarounds=active, **from_pretrained_kwargs)
 
-    model, early = registry.attempt(attempt, workarounds, path, {"_name_or_path": str(path), **config}, strict=strict_stale)
+    model, early = registry.attempt(
+        attempt, workarounds, path, {"_name_or_path": str(path), **config}, strict=strict_stale
+    )
     registry.remember(model, early)
     return model, list(early)
 
@@ -103,7 +114,14 @@ def load(
     chosen = registry.resolve(workarounds)
     token = observers.inside_load.set(True)
     try:
-        model, early = load_unaudited(model_class, path, poison=poison, workarounds=workarounds, strict_stale=strict_stale, **from_pretrained_kwargs)
+        model, early = load_unaudited(
+            model_class,
+            path,
+            poison=poison,
+            workarounds=workarounds,
+            strict_stale=strict_stale,
+            **from_pretrained_kwargs,
+        )
     finally:
         observers.inside_load.reset(token)
     as_loaded, after = audit_after_load(model, chosen, checkpoint, early=early, strict=strict_stale)

@@ -93,14 +93,20 @@ def _large_persistent_buffers_on_meta() -> Iterator[None]:
 def _construct(model_class: type, config, persistent_buffers: bool = True, origins: dict | None = None) -> nn.Module:
     from accelerate import init_empty_weights
 
-
     # accelerate creates each parameter on CPU before moving it to meta: parameters (torch.empty) are created on
     # meta directly instead, so a 1T-parameter model's reference allocates nothing for them (fused experts of
     # 25-77 GB would fail to allocate); initializing meta parameters does nothing, so it is skipped
 
     persistent = contextlib.nullcontext() if persistent_buffers else _large_persistent_buffers_on_meta()
     recorded = recording(origins) if origins is not None else contextlib.nullcontext()
-    with recorded, init_empty_weights(include_buffers=False), uninitialized_tensors_on_meta(), large_tensors_on_meta(), meta_writes_skipped(), persistent:
+    with (
+        recorded,
+        init_empty_weights(include_buffers=False),
+        uninitialized_tensors_on_meta(),
+        large_tensors_on_meta(),
+        meta_writes_skipped(),
+        persistent,
+    ):
         return model_class(copy.deepcopy(config))
 
 
@@ -129,7 +135,9 @@ def _model_dtype(model: nn.Module) -> torch.dtype | None:
     return None
 
 
-def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: bool = True, persistent_buffers: bool = True) -> Reference:
+def build_reference(
+    model: nn.Module, *, detect_random: bool = True, use_cache: bool = True, persistent_buffers: bool = True
+) -> Reference:
     """Build (or take from the cache) the reference of ``model``'s buffers.
 
     Constructs ``type(model)(model.config)`` with parameters on meta and buffers real, under the
@@ -169,7 +177,11 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
     while True:
         try:
             # the before_import workarounds its load needed, with what they read: the model's config.json
-            with torch.random.fork_rng(devices=[]), default_dtype(dtype), registry.activate(names, folder, (local_config(folder) or {}) if names else {}):
+            with (
+                torch.random.fork_rng(devices=[]),
+                default_dtype(dtype),
+                registry.activate(names, folder, (local_config(folder) or {}) if names else {}),
+            ):
                 torch.manual_seed(0x10AD)
                 seeded = torch.random.get_rng_state()
                 sites: dict = {}
@@ -201,7 +213,9 @@ def build_reference(model: nn.Module, *, detect_random: bool = True, use_cache: 
     kept: dict[str, torch.Tensor] = {}
     for name, value in values.items():
         if value.device.type == "meta":
-            unverifiable[name] = "its value is derived from parameters or checkpoint-loaded buffers (meta in the reference build)"
+            unverifiable[name] = (
+                "its value is derived from parameters or checkpoint-loaded buffers (meta in the reference build)"
+            )
         elif name in second_values and not _same(value, second_values[name]):
             unverifiable[name] = "its value is drawn from random numbers (differs between two builds)"
         else:
@@ -273,7 +287,12 @@ def _feed(digest, value, seen: set[int], depth: int) -> None:
         put("object", f"{type(value).__module__}.{type(value).__qualname__}")
         if isinstance(attributes, dict):
             seen.add(id(value))
-            _feed(digest, {k: v for k, v in attributes.items() if not (isinstance(k, str) and k.startswith("__"))}, seen, depth + 1)
+            _feed(
+                digest,
+                {k: v for k, v in attributes.items() if not (isinstance(k, str) and k.startswith("__"))},
+                seen,
+                depth + 1,
+            )
             seen.discard(id(value))
         else:
             put("id", id(value))

@@ -88,7 +88,12 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
             if entry.persistent and key is not None and checkpoint is not None:
                 stored = checkpoint.get(key)
                 if tuple(stored.shape) != tuple(current.shape):
-                    unrepaired.append(Unrepaired(name, f"its shape {tuple(current.shape)} differs from checkpoint {key!r} {tuple(stored.shape)}"))
+                    unrepaired.append(
+                        Unrepaired(
+                            name,
+                            f"its shape {tuple(current.shape)} differs from checkpoint {key!r} {tuple(stored.shape)}",
+                        )
+                    )
                     continue
                 value = stored.to(device=target_device, dtype=current.dtype, copy=True)
                 group = tuple(inventory.aliases(name))
@@ -112,14 +117,19 @@ def repair(model: nn.Module, report: AuditReport) -> RepairResult:
                 _assign(model, inventory, plan)
         for target, source in retie:
             entry = inventory[target]
-            table = model.get_submodule(entry.module)._parameters if entry.kind == "parameter" else model.get_submodule(entry.module)._buffers
+            table = (
+                model.get_submodule(entry.module)._parameters
+                if entry.kind == "parameter"
+                else model.get_submodule(entry.module)._buffers
+            )
             table[entry.attribute] = inventory.tensor(source)
     after = audit(model, checkpoint if checkpoint is not None else False, reference=reference)
     repaired = tuple(name for plan in plans for name in plan.names) + tuple(target for target, _ in retie)
     if repaired:  # the re-audit says how the model got the values it now holds
-
         shown = ", ".join(repaired[:5]) + (f" and {len(repaired) - 5} more" if len(repaired) > 5 else "")
-        after = dataclasses.replace(after, method="; ".join(filter(None, (after.method, f"repaired by loadguard.repair: {shown}"))))
+        after = dataclasses.replace(
+            after, method="; ".join(filter(None, (after.method, f"repaired by loadguard.repair: {shown}")))
+        )
     return RepairResult(repaired=repaired, unrepaired=tuple(unrepaired), before=report, after=after)
 
 

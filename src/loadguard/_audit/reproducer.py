@@ -97,12 +97,12 @@ def wrong():
             out.append(f"{name}: from_pretrained leaves {show(got)}; __init__ computes {show(expected)}")
     return out
 ''',
-    "meta_leftover": '''
+    "meta_leftover": """
 def wrong():
     loaded = load()
     return [f"{name}: still on the meta device after from_pretrained: it has no value" for name in TENSORS if tensor(loaded, name).device.type == "meta"]
-''',
-    "missing_key": '''
+""",
+    "missing_key": """
 def wrong():
     loaded = load()
     out = []
@@ -112,8 +112,8 @@ def wrong():
         if bool(leftover):
             out.append(f"{name}: not in the checkpoint and never initialized: from_pretrained leaves {show(value)}")
     return out
-''',
-    "checkpoint_fidelity": '''
+""",
+    "checkpoint_fidelity": """
 CHECKPOINT_KEYS = {keys}
 
 
@@ -138,8 +138,8 @@ def wrong():
         if differs(got, expected):
             out.append(f"{{name}}: from_pretrained leaves {{show(got)}}; the checkpoint holds {{show(expected)}} (overwritten after loading)")
     return out
-''',
-    "tied_weights": '''
+""",
+    "tied_weights": """
 TIED_TO = {ties}
 
 
@@ -151,10 +151,10 @@ def wrong():
         if got is not source and differs(got, source):
             out.append(f"{{name}}: declared tied to {{TIED_TO[name]}} but a different tensor with other values: {{show(got)}} vs {{show(source)}}")
     return out
-''',
+""",
 }
 
-_MAIN = '''
+_MAIN = """
 
 if __name__ == "__main__":
     problems = wrong()
@@ -162,7 +162,7 @@ if __name__ == "__main__":
         print(line)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: " + (f"{len(problems)} tensor(s) wrong" if problems else "fixed: every tensor is right"))
     sys.exit(1 if problems else 0)
-'''
+"""
 
 
 def supported(finding: Finding) -> bool:
@@ -180,7 +180,13 @@ def _tie_source(finding: Finding) -> str | None:
 
 
 def write_reproducers(
-    report: AuditReport, folder: str | os.PathLike, *, model: str, auto_class: str, from_pretrained: dict[str, Any], workarounds=()
+    report: AuditReport,
+    folder: str | os.PathLike,
+    *,
+    model: str,
+    auto_class: str,
+    from_pretrained: dict[str, Any],
+    workarounds=(),
 ) -> list[Path]:
     """One script per check the report's failures come from, in ``folder`` (created); returns their paths. Findings of
     a kind no script reproduces get none. ``workarounds``: those loadguard applied for the load; the script applies none
@@ -198,12 +204,24 @@ def write_reproducers(
                 continue
         tensors = [f.tensor for f in findings]
         script = f"reproduce_{check}.py"
-        summary = f"{len(tensors)} tensor(s) fail {check}: " + ", ".join(f"{f.tensor} ({f.status})" for f in findings[:6])
+        summary = f"{len(tensors)} tensor(s) fail {check}: " + ", ".join(
+            f"{f.tensor} ({f.status})" for f in findings[:6]
+        )
         text = _PRELUDE.format(
-            model=str(model), transformers=versions.get("transformers", "?"), torch=versions.get("torch", "?"), summary=summary,
-            script=script, auto_class=auto_class, kwargs=repr(kwargs), tensors=repr(tensors),
-            needs=(f"\nThis model needed loadguard's workarounds {', '.join(workarounds)} to load with these versions; this script applies\n"
-                   "none, so until the model's code is updated it stops where a plain from_pretrained does.") if workarounds else "",
+            model=str(model),
+            transformers=versions.get("transformers", "?"),
+            torch=versions.get("torch", "?"),
+            summary=summary,
+            script=script,
+            auto_class=auto_class,
+            kwargs=repr(kwargs),
+            tensors=repr(tensors),
+            needs=(
+                f"\nThis model needed loadguard's workarounds {', '.join(workarounds)} to load with these versions; this script applies\n"
+                "none, so until the model's code is updated it stops where a plain from_pretrained does."
+            )
+            if workarounds
+            else "",
         )
         body = _CHECKS[check]
         if check == "checkpoint_fidelity":

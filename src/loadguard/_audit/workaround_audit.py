@@ -13,7 +13,9 @@ from ..workarounds import Workaround, WorkaroundOutcome, config_of, model_label,
 from .auditing import audit
 
 
-def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, strict: bool = False) -> list[WorkaroundOutcome]:
+def after_load(
+    model: Any, items: Sequence[Workaround], report: Any = None, *, strict: bool = False
+) -> list[WorkaroundOutcome]:
     """Run the ``after_load`` workarounds on ``model``: stale ones are skipped, ones that fix nothing raise.
 
     ``report`` is the audit of the model as loaded (computed here when not given).
@@ -33,12 +35,23 @@ def after_load(model: Any, items: Sequence[Workaround], report: Any = None, *, s
                 f"workaround {item.name} applied to {model_label(config)} and fixed nothing (its targets {', '.join(broken)} are broken)",
                 "the model's code changed under the workaround: update or remove it",
             )
-        outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.APPLIED, fixed, f"fixed {', '.join(broken)}", item.upstream))
+        outcomes.append(
+            WorkaroundOutcome(
+                item.name, item.stage, WorkaroundStatus.APPLIED, fixed, f"fixed {', '.join(broken)}", item.upstream
+            )
+        )
         report = None  # the model changed: a later workaround audits it again
     return outcomes
 
 
-def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = None, *, early: Sequence[WorkaroundOutcome] = (), strict: bool = False):
+def audit_after_load(
+    model: Any,
+    items: Sequence[Workaround],
+    checkpoint: Any = None,
+    *,
+    early: Sequence[WorkaroundOutcome] = (),
+    strict: bool = False,
+):
     """Audit ``model`` as loaded, run the ``after_load`` workarounds, and audit again if any applied.
 
     Returns ``(as_loaded, after)``: both reports carry every outcome (``early`` ones from ``before_import``
@@ -46,7 +59,11 @@ def audit_after_load(model: Any, items: Sequence[Workaround], checkpoint: Any = 
     """
     as_loaded = audit(model, checkpoint)
     outcomes = tuple(early) + tuple(after_load(model, items, as_loaded, strict=strict))
-    after = audit(model, checkpoint) if any(o.status == WorkaroundStatus.APPLIED and o.stage == "after_load" for o in outcomes) else None
+    after = (
+        audit(model, checkpoint)
+        if any(o.status == WorkaroundStatus.APPLIED and o.stage == "after_load" for o in outcomes)
+        else None
+    )
     as_loaded = dataclasses.replace(as_loaded, workarounds=outcomes)
     return as_loaded, (dataclasses.replace(after, workarounds=outcomes) if after is not None else None)
 

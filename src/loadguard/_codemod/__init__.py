@@ -12,6 +12,21 @@ __getattr__, __dir__, __all__ = lazy_face(
     {
         "nodes": ("bound_names", "import_of"),
         "read": ("Branch", "Refused", "recompute"),
-        "write": ("accept_keywords", "add_branches", "append_to_init", "class_assignments", "config_reads", "define_after_imports", "ensure_imports", "guard_writes", "import_as", "init_weights_parameter", "keep_arguments", "merge", "method_calls", "set_class_attribute"),
+        "write": (
+            "accept_keywords",
+            "add_branches",
+            "append_to_init",
+            "class_assignments",
+            "config_reads",
+            "define_after_imports",
+            "ensure_imports",
+            "guard_writes",
+            "import_as",
+            "init_weights_parameter",
+            "keep_arguments",
+            "merge",
+            "method_calls",
+            "set_class_attribute",
+        ),
     },
 )

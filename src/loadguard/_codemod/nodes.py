@@ -57,14 +57,31 @@ def nested_under(function: cst.FunctionDef, statement: cst.CSTNode, kinds: tuple
 
 
 def parameters_of(function: cst.FunctionDef) -> list[str]:
-    return [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
+    return [
+        p.name.value
+        for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+    ]
 
 
 def indented(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line if line.strip() else line for line in text.splitlines())
 
 
-_RANDOM = frozenset({"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "normal", "normal_", "uniform_", "bernoulli", "multinomial"})
+_RANDOM = frozenset(
+    {
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "rand_like",
+        "randn_like",
+        "normal",
+        "normal_",
+        "uniform_",
+        "bernoulli",
+        "multinomial",
+    }
+)
 
 
 def draws_random(node: cst.CSTNode) -> bool:
@@ -106,7 +123,12 @@ def module_names(module: cst.Module) -> dict[str, cst.CSTNode]:
 
 def after_docstring(body: list[cst.BaseStatement]) -> int:
     first = body[0] if body else None
-    if isinstance(first, cst.SimpleStatementLine) and first.body and isinstance(first.body[0], cst.Expr) and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+    if (
+        isinstance(first, cst.SimpleStatementLine)
+        and first.body
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    ):
         return 1
     return 0
 
@@ -123,7 +145,11 @@ def import_of(source: str, name: str, module_stem: str) -> str | None:
         return None
     if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], (cst.Import, cst.ImportFrom)):
         small = statement.body[0]
-        aliases = [a for a in small.names if (a.evaluated_alias or a.evaluated_name).split(".")[0] == name] if not isinstance(small.names, cst.ImportStar) else []
+        aliases = (
+            [a for a in small.names if (a.evaluated_alias or a.evaluated_name).split(".")[0] == name]
+            if not isinstance(small.names, cst.ImportStar)
+            else []
+        )
         alias = aliases[0]
         text = alias.evaluated_name + (f" as {alias.evaluated_alias}" if alias.evaluated_alias else "")
         if isinstance(small, cst.Import):

@@ -39,7 +39,9 @@ class Branch:
     globals: frozenset[str] = frozenset()
     keep: tuple[str, ...] = ()
     tensors: tuple[str, ...] = ()
-    line: int = 0  # where __init__ makes it: recomputes run in __init__'s order (a cache computed from inv_freq after it)
+    line: int = (
+        0  # where __init__ makes it: recomputes run in __init__'s order (a cache computed from inv_freq after it)
+    )
 
 
 class Refused(Exception):
@@ -154,11 +156,28 @@ def _made_value(statement: cst.SimpleStatementLine, attribute: str) -> cst.BaseE
             if call.func.attr.value in ("register_buffer", "register_parameter") and len(call.args) >= 2:
                 named = code_of(call.args[0].value).strip("'\"")
                 if named == attribute:
-                    value = next((a.value for a in call.args[1:] if a.keyword is None or a.keyword.value in ("tensor", "param")), None)
+                    value = next(
+                        (
+                            a.value
+                            for a in call.args[1:]
+                            if a.keyword is None or a.keyword.value in ("tensor", "param")
+                        ),
+                        None,
+                    )
                     return _unwrap_parameter(value) if value is not None else None
-        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target] if isinstance(small, cst.AnnAssign) else []
+        targets = (
+            [t.target for t in small.targets]
+            if isinstance(small, cst.Assign)
+            else [small.target]
+            if isinstance(small, cst.AnnAssign)
+            else []
+        )
         for target in targets:
-            if isinstance(target, cst.Attribute) and code_of(target) == f"self.{attribute}" and small.value is not None:
+            if (
+                isinstance(target, cst.Attribute)
+                and code_of(target) == f"self.{attribute}"
+                and small.value is not None
+            ):
                 return _unwrap_parameter(small.value)
     return None
 
@@ -174,7 +193,13 @@ class _Init:
 
     @classmethod
     def of(cls, function: cst.FunctionDef) -> _Init:
-        init = cls(function, [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)])
+        init = cls(
+            function,
+            [
+                p.name.value
+                for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
+            ],
+        )
         for statement in walk_statements(function.body):
             for small in statement.body:
                 if isinstance(small, cst.Assign):
@@ -193,14 +218,29 @@ def _assignments_before(function: cst.FunctionDef, stop: cst.CSTNode) -> dict[st
         if statement is stop:
             break
         for small in statement.body:
-            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target] if isinstance(small, cst.AnnAssign) else []
+            targets = (
+                [t.target for t in small.targets]
+                if isinstance(small, cst.Assign)
+                else [small.target]
+                if isinstance(small, cst.AnnAssign)
+                else []
+            )
             for target in targets:
                 for name in target_names(target):
                     found.setdefault(name, []).append(statement)
     return found
 
 
-def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: bool, init_param: str = "module", available: frozenset[str] = frozenset()) -> Branch:
+def recompute(
+    source: str,
+    line: int,
+    attribute: str,
+    kind: str,
+    *,
+    on_meta: bool,
+    init_param: str = "module",
+    available: frozenset[str] = frozenset(),
+) -> Branch:
     """The branch that recomputes ``self.<attribute>`` the way the code on ``line`` made it (the line
     :mod:`loadguard._hf.origins` recorded): the expression of its ``register_buffer`` / assignment with ``self.`` ->
     ``module.``, the local statements it reads before it, or -- made inside a helper method -- the helper called again
@@ -226,10 +266,14 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
         helper = function.name.value
         init, calls = _calling_init(tree, cls, init, helper)
         if not calls:
-            raise Refused(f"self.{attribute} is made in {cls.name.value}.{helper}(), which no __init__ of its class or its bases in this file calls")
+            raise Refused(
+                f"self.{attribute} is made in {cls.name.value}.{helper}(), which no __init__ of its class or its bases in this file calls"
+            )
         facts = _Init.of(init)
         anchor = calls[-1]
-        expression = next(small.value for small in anchor.body if isinstance(small, cst.Expr) and _self_call(small.value, helper))
+        expression = next(
+            small.value for small in anchor.body if isinstance(small, cst.Expr) and _self_call(small.value, helper)
+        )
         expression = _with_device(expression, function, attribute, on_meta)
     if nested_under(init, anchor, (cst.For, cst.While, cst.With, cst.Try)):
         raise Refused(f"self.{attribute} is made inside a loop, with or try block of {cls.name.value}.__init__")
@@ -246,10 +290,16 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
         if name in before:
             made = before[name][-1]
             if not at_top_level(init, made):
-                raise Refused(f"self.{attribute} depends on {name!r}, which {cls.name.value}.__init__ assigns conditionally or in a loop")
+                raise Refused(
+                    f"self.{attribute} depends on {name!r}, which {cls.name.value}.__init__ assigns conditionally or in a loop"
+                )
             if made not in chosen:
                 chosen.append(made)
-            pending += [n for small in made.body for n in _Names.of(small.value if hasattr(small, "value") and small.value is not None else small)]
+            pending += [
+                n
+                for small in made.body
+                for n in _Names.of(small.value if hasattr(small, "value") and small.value is not None else small)
+            ]
         elif name in facts.parameters:
             used_parameters.add(name)
         elif name not in _BUILTINS:
@@ -262,16 +312,22 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
             mapping[name] = f"{init_param}.{facts.kept[name]}"
         elif name == "config" and "config" in available:
             mapping[name] = f"{init_param}.config"
-        elif name == "device":  # where __init__ was told to build it: where the loaded tensor is (copy_ moves a value there)
+        elif (
+            name == "device"
+        ):  # where __init__ was told to build it: where the loaded tensor is (copy_ moves a value there)
             mapping[name] = f"{init_param}.{attribute}.device" if helper is not None and not on_meta else "None"
         elif name in facts.assigned or name in available:
-            raise Refused(f"self.{attribute} depends on the constructor argument {name!r}, which {cls.name.value} does not keep (self.{name} holds something else)")
+            raise Refused(
+                f"self.{attribute} depends on the constructor argument {name!r}, which {cls.name.value} does not keep (self.{name} holds something else)"
+            )
         else:
             keep.append(name)
             mapping[name] = f"{init_param}.{name}"
     order = [s for s in walk_statements(init.body) if s in chosen]
     if any(draws_random(node) for node in (expression, *order)):
-        raise Refused(f"self.{attribute} is drawn from random numbers: no recompute can give the value the model was saved with")
+        raise Refused(
+            f"self.{attribute} is drawn from random numbers: no recompute can give the value the model was saved with"
+        )
     rename = _Rename(mapping)
     statements = [code_of(s.visit(rename)) for s in order]
     value = code_of(expression.visit(rename))
@@ -293,15 +349,26 @@ def recompute(source: str, line: int, attribute: str, kind: str, *, on_meta: boo
     return Branch(cls.name.value, tuple(statements), frozenset(needed_globals), tuple(keep), (attribute,), position)
 
 
-def _calling_init(tree: cst.Module, cls: cst.ClassDef, init: cst.FunctionDef, helper: str) -> tuple[cst.FunctionDef, list]:
+def _calling_init(
+    tree: cst.Module, cls: cst.ClassDef, init: cst.FunctionDef, helper: str
+) -> tuple[cst.FunctionDef, list]:
     """The ``__init__`` that calls ``self.<helper>(...)`` for instances of ``cls``: its own, or -- through
     ``super().__init__`` -- a base class's of the same file (a subclass overriding the helper the base calls)."""
     for _ in range(4):
-        calls = [s for s in walk_statements(init.body) for small in s.body if isinstance(small, cst.Expr) and _self_call(small.value, helper)]
+        calls = [
+            s
+            for s in walk_statements(init.body)
+            for small in s.body
+            if isinstance(small, cst.Expr) and _self_call(small.value, helper)
+        ]
         if calls:
             return init, calls
         bases = [class_named(tree, code_of(b.value)) for b in cls.bases if isinstance(b.value, cst.Name)]
-        supers = any(isinstance(small, cst.Expr) and code_of(small.value).replace(" ", "").startswith("super().__init__(") for st in walk_statements(init.body) for small in st.body)
+        supers = any(
+            isinstance(small, cst.Expr) and code_of(small.value).replace(" ", "").startswith("super().__init__(")
+            for st in walk_statements(init.body)
+            for small in st.body
+        )
         found = next(((b, m) for b in bases if b is not None and (m := method_named(b, "__init__")) is not None), None)
         if not supers or found is None:
             return init, []
@@ -316,10 +383,16 @@ def _with_device(call: cst.Call, helper: cst.FunctionDef, attribute: str, on_met
     if on_meta or "device" not in names:
         return call
     position = names.index("device") - 1  # self
-    if any(a.keyword is not None and a.keyword.value == "device" for a in call.args) or sum(a.keyword is None for a in call.args) > position:
+    if (
+        any(a.keyword is not None and a.keyword.value == "device" for a in call.args)
+        or sum(a.keyword is None for a in call.args) > position
+    ):
         return call
-    argument = cst.Arg(keyword=cst.Name("device"), value=cst.parse_expression(f"self.{attribute}.device"),
-                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    argument = cst.Arg(
+        keyword=cst.Name("device"),
+        value=cst.parse_expression(f"self.{attribute}.device"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
     return call.with_changes(args=[*call.args, argument])
 
 

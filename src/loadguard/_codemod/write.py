@@ -30,8 +30,14 @@ def merge(branches: list[Branch]) -> list[Branch]:
             out[branch.cls] = branch
             continue
         statements = known.statements + tuple(s for s in branch.statements if s not in known.statements)
-        out[branch.cls] = Branch(branch.cls, statements, known.globals | branch.globals, tuple(dict.fromkeys(known.keep + branch.keep)),
-                                 known.tensors + branch.tensors, known.line)
+        out[branch.cls] = Branch(
+            branch.cls,
+            statements,
+            known.globals | branch.globals,
+            tuple(dict.fromkeys(known.keep + branch.keep)),
+            known.tensors + branch.tensors,
+            known.line,
+        )
     return list(out.values())
 
 
@@ -68,9 +74,13 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
         body = list(function.body.body)
         at = after_docstring(body)
         new_function = function.with_changes(body=function.body.with_changes(body=[*body[:at], *blocks, *body[at:]]))
-        new_cls = cls.with_changes(body=cls.body.with_changes(body=[new_function if s is function else s for s in cls.body.body]))
+        new_cls = cls.with_changes(
+            body=cls.body.with_changes(body=[new_function if s is function else s for s in cls.body.body])
+        )
     else:
-        text = "def _init_weights(self, module):\n    super()._init_weights(module)\n" + "\n".join(indented(_branch_text(b, "module")) for b in branches)
+        text = "def _init_weights(self, module):\n    super()._init_weights(module)\n" + "\n".join(
+            indented(_branch_text(b, "module")) for b in branches
+        )
         method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine()])
         new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, method]))
     return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code
@@ -87,7 +97,14 @@ def keep_arguments(source: str, cls_name: str, names: list[str]) -> str:
     if init is None:
         raise Refused(f"{cls_name}.__init__ is not in this file")
     body = list(init.body.body)
-    at = next((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and "super().__init__(" in code_of(s).replace(" ", "")), None)
+    at = next(
+        (
+            i + 1
+            for i, s in enumerate(body)
+            if isinstance(s, cst.SimpleStatementLine) and "super().__init__(" in code_of(s).replace(" ", "")
+        ),
+        None,
+    )
     if at is None:
         raise Refused(f"{cls_name}.__init__ does not call super().__init__() where the arguments could be kept")
     kept = _block("\n".join(f"self.{name} = {name}" for name in names))
@@ -116,8 +133,14 @@ def ensure_imports(source: str, imports: list[str]) -> str:
 
 def _after_imports(body: list[cst.BaseStatement]) -> int:
     """Where a new top-level statement goes: after the last top-level import, else after the module's docstring."""
-    return max((i + 1 for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))),
-               default=after_docstring(body))
+    return max(
+        (
+            i + 1
+            for i, s in enumerate(body)
+            if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
+        ),
+        default=after_docstring(body),
+    )
 
 
 def define_after_imports(source: str, block: str) -> str:
@@ -134,8 +157,22 @@ def define_after_imports(source: str, block: str) -> str:
     return tree.with_changes(body=[*body[:last], *added, *following]).code
 
 
-_INIT_FUNCTIONS = ("normal_", "uniform_", "zeros_", "ones_", "constant_", "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-                   "kaiming_normal_", "orthogonal_", "eye_", "dirac_", "sparse_")
+_INIT_FUNCTIONS = (
+    "normal_",
+    "uniform_",
+    "zeros_",
+    "ones_",
+    "constant_",
+    "trunc_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "orthogonal_",
+    "eye_",
+    "dirac_",
+    "sparse_",
+)
 
 
 def _written_tensor(small: cst.BaseSmallStatement, parameter: str) -> str | None:
@@ -151,7 +188,11 @@ def _written_tensor(small: cst.BaseSmallStatement, parameter: str) -> str | None
 
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         call = small.value
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value.endswith("_") and not call.func.attr.value.startswith("_"):
+        if (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value.endswith("_")
+            and not call.func.attr.value.startswith("_")
+        ):
             if (found := root(call.func.value)) is not None:
                 return found
         # nn.init.normal_(...) is looked up when called: transformers 5 guards it; one imported by name is not
@@ -177,7 +218,10 @@ class _GuardWrites(cst.CSTTransformer):
         self.guarded += 1
         condition = " and ".join(f"not getattr({t}, '_is_hf_initialized', False)" for t in written)
         guard = _block(f"if {condition}:\n    pass")[0]
-        return guard.with_changes(body=guard.body.with_changes(body=[updated.with_changes(leading_lines=[])]), leading_lines=updated.leading_lines)
+        return guard.with_changes(
+            body=guard.body.with_changes(body=[updated.with_changes(leading_lines=[])]),
+            leading_lines=updated.leading_lines,
+        )
 
 
 def guard_writes(source: str, cls_name: str) -> tuple[str, int]:
@@ -193,7 +237,9 @@ def guard_writes(source: str, cls_name: str) -> tuple[str, int]:
     names = parameters_of(function)
     guard = _GuardWrites(names[1] if len(names) > 1 else "module")
     new_function = function.visit(guard)
-    new_cls = cls.with_changes(body=cls.body.with_changes(body=[new_function if s is function else s for s in cls.body.body]))
+    new_cls = cls.with_changes(
+        body=cls.body.with_changes(body=[new_function if s is function else s for s in cls.body.body])
+    )
     return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code, guard.guarded
 
 
@@ -230,7 +276,11 @@ def append_to_init(source: str, cls_name: str, statement: str) -> str:
     if init is None:
         raise Refused(f"{cls_name} has no __init__ of its own in this file")
     new_init = init.with_changes(body=init.body.with_changes(body=[*init.body.body, *_block(statement)]))
-    return _replace_class(tree, cls, cls.with_changes(body=cls.body.with_changes(body=[new_init if s is init else s for s in cls.body.body])))
+    return _replace_class(
+        tree,
+        cls,
+        cls.with_changes(body=cls.body.with_changes(body=[new_init if s is init else s for s in cls.body.body])),
+    )
 
 
 def class_assignments(source: str, name: str) -> dict[str, str]:
@@ -241,8 +291,17 @@ def class_assignments(source: str, name: str) -> dict[str, str]:
             for statement in cls.body.body:
                 if isinstance(statement, cst.SimpleStatementLine):
                     for small in statement.body:
-                        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target] if isinstance(small, cst.AnnAssign) else []
-                        if any(isinstance(t, cst.Name) and t.value == name for t in targets) and small.value is not None:
+                        targets = (
+                            [t.target for t in small.targets]
+                            if isinstance(small, cst.Assign)
+                            else [small.target]
+                            if isinstance(small, cst.AnnAssign)
+                            else []
+                        )
+                        if (
+                            any(isinstance(t, cst.Name) and t.value == name for t in targets)
+                            and small.value is not None
+                        ):
                             out[cls.name.value] = code_of(small.value)
     return out
 
@@ -274,10 +333,20 @@ def import_as(source: str, module: str, renamed: dict[str, str]) -> str:
 
     class Renamer(cst.CSTTransformer):
         def leave_ImportFrom(self, original, updated):
-            if updated.module is None or code_of(updated.module) != module or isinstance(updated.names, cst.ImportStar):
+            if (
+                updated.module is None
+                or code_of(updated.module) != module
+                or isinstance(updated.names, cst.ImportStar)
+            ):
                 return updated
-            names = [a.with_changes(name=cst.Name(renamed[a.evaluated_name]), asname=cst.AsName(name=cst.Name(a.evaluated_name)))
-                     if a.evaluated_name in renamed and a.asname is None else a for a in updated.names]
+            names = [
+                a.with_changes(
+                    name=cst.Name(renamed[a.evaluated_name]), asname=cst.AsName(name=cst.Name(a.evaluated_name))
+                )
+                if a.evaluated_name in renamed and a.asname is None
+                else a
+                for a in updated.names
+            ]
             return updated.with_changes(names=names)
 
     return cst.parse_module(source).visit(Renamer()).code
@@ -290,7 +359,12 @@ def accept_keywords(source: str, function: str, positional: int = 1) -> str:
     class Widen(cst.CSTTransformer):
         def leave_FunctionDef(self, original, updated):
             params = updated.params
-            if updated.name.value != function or params.star_kwarg is not None or len(params.params) != positional or params.kwonly_params:
+            if (
+                updated.name.value != function
+                or params.star_kwarg is not None
+                or len(params.params) != positional
+                or params.kwonly_params
+            ):
                 return updated
             return updated.with_changes(params=params.with_changes(star_kwarg=cst.Param(name=cst.Name("kwargs"))))
 
@@ -307,10 +381,30 @@ def config_reads(source: str, defaults: dict[str, object]) -> str:
 
         def leave_Attribute(self, original, updated):
             if updated.attr.value in defaults and code_of(updated.value).split(".")[-1] in ("config", "text_config"):
-                return cst.parse_expression(f"getattr({code_of(updated.value)}, {updated.attr.value!r}, {defaults[updated.attr.value]!r})")
+                return cst.parse_expression(
+                    f"getattr({code_of(updated.value)}, {updated.attr.value!r}, {defaults[updated.attr.value]!r})"
+                )
             return updated
 
     return cst.parse_module(source).visit(Reads()).code
 
 
-__all__ = ["accept_keywords", "append_to_init", "define_after_imports", "method_calls", "class_assignments", "config_reads", "import_as", "set_class_attribute", "add_branches", "bound_names", "ensure_imports", "guard_writes", "import_of", "init_weights_parameter", "keep_arguments", "merge", "module_names"]
+__all__ = [
+    "accept_keywords",
+    "append_to_init",
+    "define_after_imports",
+    "method_calls",
+    "class_assignments",
+    "config_reads",
+    "import_as",
+    "set_class_attribute",
+    "add_branches",
+    "bound_names",
+    "ensure_imports",
+    "guard_writes",
+    "import_of",
+    "init_weights_parameter",
+    "keep_arguments",
+    "merge",
+    "module_names",
+]

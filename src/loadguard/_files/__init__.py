@@ -10,7 +10,16 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "checkpoint": ("BIN_INDEX", "BIN_SINGLE", "Checkpoint", "SAFETENSORS_DTYPES", "SAFETENSORS_INDEX", "SAFETENSORS_SINGLE", "index_files", "shard_names"),
+        "checkpoint": (
+            "BIN_INDEX",
+            "BIN_SINGLE",
+            "Checkpoint",
+            "SAFETENSORS_DTYPES",
+            "SAFETENSORS_INDEX",
+            "SAFETENSORS_SINGLE",
+            "index_files",
+            "shard_names",
+        ),
         "config": ("config_dict", "folder_of", "local_config"),
         "headers": ("bin_header",),
         "hub": ("failure", "is_hub_id", "local_snapshot"),

@@ -36,7 +36,13 @@ SAFETENSORS_DTYPES = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
-for _name, _attr in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
+for _name, _attr in (
+    ("F8_E4M3", "float8_e4m3fn"),
+    ("F8_E5M2", "float8_e5m2"),
+    ("U16", "uint16"),
+    ("U32", "uint32"),
+    ("U64", "uint64"),
+):
     if hasattr(torch, _attr):
         SAFETENSORS_DTYPES[_name] = getattr(torch, _attr)
 
@@ -66,15 +72,21 @@ class _SafetensorsFile:
                     raise ValueError("its first 8 bytes are not the length of a header that fits in the file")
                 header = json.loads(handle.read(length))
         except (OSError, ValueError) as error:  # where, never what: the file may be anything (a link to a secret)
-            raise CheckpointError(f"{named(path)} is not a readable safetensors file ({unreadable_because(error)})",
-                                  "the file is corrupt or truncated: download or save the checkpoint again") from None
+            raise CheckpointError(
+                f"{named(path)} is not a readable safetensors file ({unreadable_because(error)})",
+                "the file is corrupt or truncated: download or save the checkpoint again",
+            ) from None
         data_start = 8 + length
         self.locations: dict[str, _Location] = {}
         if not isinstance(header, dict):
             raise _corrupt(path, "the header is not a JSON object")
         metadata = header.pop("__metadata__", None) or {}
-        if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-            raise _corrupt(path, "its __metadata__ is not a map of strings to strings (safetensors refuses such a file)")
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise _corrupt(
+                path, "its __metadata__ is not a map of strings to strings (safetensors refuses such a file)"
+            )
         self.metadata = metadata
         for key, info in header.items():
             try:
@@ -83,7 +95,10 @@ class _SafetensorsFile:
                 if not all(type(v) is int and v >= 0 for v in (begin, end, *shape)) or begin > end:
                     raise ValueError
             except (KeyError, TypeError, ValueError):
-                raise _corrupt(path, f"the header entry for {key!r} is malformed (offsets and shape must be non-negative integers)") from None
+                raise _corrupt(
+                    path,
+                    f"the header entry for {key!r} is malformed (offsets and shape must be non-negative integers)",
+                ) from None
             if data_start + end > size:
                 raise CheckpointError(
                     f"{path} is truncated: {key!r} ends at byte {data_start + end} but the file has {size}",
@@ -99,13 +114,19 @@ class _SafetensorsFile:
             for dim in shape:
                 numel *= dim
             if end - begin != numel * torch.empty((), dtype=dtype).element_size():
-                raise _corrupt(path, f"{key!r} spans {end - begin} bytes, but {dtype_name} of shape {list(shape)} takes {numel * torch.empty((), dtype=dtype).element_size()}")
+                raise _corrupt(
+                    path,
+                    f"{key!r} spans {end - begin} bytes, but {dtype_name} of shape {list(shape)} takes {numel * torch.empty((), dtype=dtype).element_size()}",
+                )
             self.locations[key] = _Location(path, dtype, shape, data_start + begin, data_start + end)
         # as safetensors itself requires: the tensors tile the data exactly, in order, to the end of the file
         reached = data_start
         for location in sorted(self.locations.values(), key=lambda item: (item.start, item.end)):
             if location.start != reached:
-                raise _corrupt(path, f"tensor data {'overlaps' if location.start < reached else 'leaves a gap'} at byte {min(location.start, reached)}")
+                raise _corrupt(
+                    path,
+                    f"tensor data {'overlaps' if location.start < reached else 'leaves a gap'} at byte {min(location.start, reached)}",
+                )
             reached = location.end
         if reached != size:
             raise _corrupt(path, f"the tensors end at byte {reached} but the file has {size}")
@@ -182,7 +203,12 @@ class Checkpoint:
                 "pass the folder the model was loaded from, or checkpoint=False to skip the checkpoint checks",
             )
         if path.is_dir():
-            for name, fmt in ((SAFETENSORS_INDEX, "safetensors"), (SAFETENSORS_SINGLE, "safetensors"), (BIN_INDEX, "bin"), (BIN_SINGLE, "bin")):
+            for name, fmt in (
+                (SAFETENSORS_INDEX, "safetensors"),
+                (SAFETENSORS_SINGLE, "safetensors"),
+                (BIN_INDEX, "bin"),
+                (BIN_SINGLE, "bin"),
+            ):
                 if (path / name).is_file():
                     return cls.open(path / name) if name.endswith(".json") else cls(path, [path / name], fmt)
             raise CheckpointError(
@@ -269,7 +295,11 @@ def shard_names(index_path: Path) -> list[str]:
             f"{index_path} is not a valid checkpoint index ({type(error).__name__}: {error})",
             "the index is corrupt: download or save the checkpoint again",
         ) from None
-    outside = [shard for shard in shards if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard]
+    outside = [
+        shard
+        for shard in shards
+        if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard
+    ]
     if outside:
         raise CheckpointError(
             f"{index_path.name} names shard {outside[0]!r}, which is not a file name in {index_path.parent}: refused (an index only "
@@ -300,6 +330,7 @@ def _load_bin(path: Path) -> dict[str, torch.Tensor]:
             "convert the checkpoint to safetensors, or audit without it (checkpoint=False)",
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a flat state dict of tensors", "save it with model.save_pretrained")
+        raise CheckpointError(
+            f"{path} does not hold a flat state dict of tensors", "save it with model.save_pretrained"
+        )
     return state
-

@@ -23,9 +23,18 @@ MAX_PICKLE_BYTES = 256 * 2**20
 _STORAGE_DTYPES = {
     name: getattr(torch, dtype)
     for name, dtype in {
-        "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
-        "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
-        "BoolStorage": "bool", "ComplexFloatStorage": "complex64", "ComplexDoubleStorage": "complex128",
+        "FloatStorage": "float32",
+        "DoubleStorage": "float64",
+        "HalfStorage": "float16",
+        "BFloat16Storage": "bfloat16",
+        "LongStorage": "int64",
+        "IntStorage": "int32",
+        "ShortStorage": "int16",
+        "CharStorage": "int8",
+        "ByteStorage": "uint8",
+        "BoolStorage": "bool",
+        "ComplexFloatStorage": "complex64",
+        "ComplexDoubleStorage": "complex128",
     }.items()
 }
 
@@ -66,7 +75,10 @@ class _Unpickler(pickle.Unpickler):
             return _rebuild_v2
         if (module, name) == ("torch._utils", "_rebuild_tensor_v3"):
             return _rebuild_v3
-        if (module, name) in (("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_parameter_with_state")):
+        if (module, name) in (
+            ("torch._utils", "_rebuild_parameter"),
+            ("torch._utils", "_rebuild_parameter_with_state"),
+        ):
             return _rebuild_parameter
         if (module, name) == ("collections", "OrderedDict"):
             return OrderedDict
@@ -82,7 +94,9 @@ class _Unpickler(pickle.Unpickler):
         if not (isinstance(saved_id, tuple) and len(saved_id) == 5 and saved_id[0] == "storage"):
             raise pickle.UnpicklingError("a persistent id that is not a tensor storage")
         _, storage_type, key, _location, numel = saved_id
-        return _Storage(str(key), _STORAGE_DTYPES.get(storage_type) if isinstance(storage_type, str) else None, int(numel))
+        return _Storage(
+            str(key), _STORAGE_DTYPES.get(storage_type) if isinstance(storage_type, str) else None, int(numel)
+        )
 
 
 def bin_header(path: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -91,13 +105,23 @@ def bin_header(path: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl") or info.filename == "data.pkl"]
+            pickles = [
+                info
+                for info in archive.infolist()
+                if info.filename.endswith("/data.pkl") or info.filename == "data.pkl"
+            ]
             if len(pickles) != 1:
                 raise ValueError("no single data.pkl in the archive")
             if pickles[0].file_size > MAX_PICKLE_BYTES:
-                raise ValueError(f"its data.pkl claims {pickles[0].file_size} bytes (at most {MAX_PICKLE_BYTES} are read)")
+                raise ValueError(
+                    f"its data.pkl claims {pickles[0].file_size} bytes (at most {MAX_PICKLE_BYTES} are read)"
+                )
             prefix = pickles[0].filename[: -len("data.pkl")]
-            sizes = {info.filename[len(prefix) + len("data/"):]: info.file_size for info in archive.infolist() if info.filename.startswith(prefix + "data/")}
+            sizes = {
+                info.filename[len(prefix) + len("data/") :]: info.file_size
+                for info in archive.infolist()
+                if info.filename.startswith(prefix + "data/")
+            }
             with archive.open(pickles[0]) as handle:
                 state = _Unpickler(handle).load()
     except zipfile.BadZipFile:
@@ -105,16 +129,32 @@ def bin_header(path: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
             f"{path} is not a torch zip checkpoint (the legacy pickle format, or a corrupt file): its shapes cannot be read without loading it",
             "convert the checkpoint to safetensors (or re-save it with a current torch), or audit a full load",
         ) from None
-    except (pickle.UnpicklingError, ValueError, TypeError, EOFError, AttributeError, KeyError, IndexError, OSError) as error:
-        raise CheckpointError(f"{path} is not a plain state dict of tensors ({error})", "convert the checkpoint to safetensors, or save it with model.save_pretrained") from None
+    except (
+        pickle.UnpicklingError,
+        ValueError,
+        TypeError,
+        EOFError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        OSError,
+    ) as error:
+        raise CheckpointError(
+            f"{path} is not a plain state dict of tensors ({error})",
+            "convert the checkpoint to safetensors, or save it with model.save_pretrained",
+        ) from None
     if not isinstance(state, dict) or not all(isinstance(v, _Meta) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a flat state dict of tensors", "save it with model.save_pretrained")
+        raise CheckpointError(
+            f"{path} does not hold a flat state dict of tensors", "save it with model.save_pretrained"
+        )
     out = {}
     for key, meta in state.items():
         size = sizes.get(meta.storage.key)
         itemsize = torch.empty((), dtype=meta.dtype).element_size() if meta.dtype is not None else 1
         if meta.dtype is None or size is None or meta.end > size // itemsize or meta.end > meta.storage.numel:
-            raise CheckpointError(f"{path} is corrupt: tensor {key!r} reaches past its storage", "download or save the checkpoint again")
+            raise CheckpointError(
+                f"{path} is corrupt: tensor {key!r} reaches past its storage", "download or save the checkpoint again"
+            )
         out[str(key)] = (meta.shape, meta.dtype)
     return out
 

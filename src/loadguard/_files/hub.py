@@ -130,7 +130,13 @@ def snapshot(repo_id: str, revision: str | None, patterns: list[str], offline: b
 
     before = _blob_bytes(repo_id)
     try:
-        folder = Path(retried(lambda: snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=offline)))
+        folder = Path(
+            retried(
+                lambda: snapshot_download(
+                    repo_id, revision=revision, allow_patterns=patterns, local_files_only=offline
+                )
+            )
+        )
     except Exception as error:
         raise failure(repo_id, error, offline, revision) from None
     fetched.bytes += max(0, _blob_bytes(repo_id) - before)
@@ -155,7 +161,9 @@ def _range(url: str, start: int, end: int, fetched: Fetched) -> bytes:
             headers.pop("authorization", None)
             headers.pop("Authorization", None)
         session = get_session()
-        manual = {"follow_redirects": False} if "httpx" in type(session).__module__ else {"allow_redirects": False}  # hub 1.x / 0.x
+        manual = (
+            {"follow_redirects": False} if "httpx" in type(session).__module__ else {"allow_redirects": False}
+        )  # hub 1.x / 0.x
         response = session.get(url, headers=headers, timeout=READ_TIMEOUT, **manual)
         if response.status_code in (301, 302, 303, 307, 308):
             url = urljoin(url, response.headers["Location"])
@@ -169,7 +177,6 @@ def _range(url: str, start: int, end: int, fetched: Fetched) -> bytes:
 
 def safetensors_header(repo_id: str, commit: str, filename: str, fetched: Fetched) -> dict:
     """One file's safetensors header (its JSON), by two range reads; kept by commit in loadguard's cache."""
-
 
     root = _headers_cache(repo_id, commit)
     kept = inside(root, root / f"{filename}.json", "a safetensors header's cache file")
@@ -191,7 +198,9 @@ def weight_files(folder: Path) -> list[str] | None:
     """The safetensors files a snapshot's index names (or the single file, when the repository lists one)."""
 
     index = folder / "model.safetensors.index.json"
-    return sorted(shard_names(index)) if index.is_file() else None  # plain file names only: each names a cache file below
+    return (
+        sorted(shard_names(index)) if index.is_file() else None
+    )  # plain file names only: each names a cache file below
 
 
 def headers(repo_id: str, commit: str, folder: Path, fetched: Fetched) -> dict[str, dict] | None:
@@ -208,9 +217,22 @@ def headers(repo_id: str, commit: str, folder: Path, fetched: Fetched) -> dict[s
         raise failure(repo_id, error, False, commit) from None
 
 
-_UNREACHABLE = ("connecterror", "connectionerror", "name or service not known", "couldn't connect", "could not connect",
-                "outgoing traffic has been disabled", "temporary failure in name resolution", "timed out", "timeout", "network is unreachable",
-                "offline mode", "connection refused", "readerror", "remoteprotocolerror")
+_UNREACHABLE = (
+    "connecterror",
+    "connectionerror",
+    "name or service not known",
+    "couldn't connect",
+    "could not connect",
+    "outgoing traffic has been disabled",
+    "temporary failure in name resolution",
+    "timed out",
+    "timeout",
+    "network is unreachable",
+    "offline mode",
+    "connection refused",
+    "readerror",
+    "remoteprotocolerror",
+)
 
 
 def failure(repo_id: Any, error: BaseException, offline: bool, revision: str | None = None) -> LoadguardError:
@@ -221,30 +243,58 @@ def failure(repo_id: Any, error: BaseException, offline: bool, revision: str | N
     text = " | ".join(f"{type(e).__name__}: {e}".lower() for e in chain)
     login = "log in (hf auth login) or set HF_TOKEN to a token that can read it"
     if any(isinstance(e, GatedRepoError) or _status(e) == 403 for e in chain):
-        return HubAccessError(f"{repo_id} is gated on the Hub: your token has no access (403)",
-                              f"ask for access on its Hub page, then {login}")
+        return HubAccessError(
+            f"{repo_id} is gated on the Hub: your token has no access (403)",
+            f"ask for access on its Hub page, then {login}",
+        )
     if any(isinstance(e, RevisionNotFoundError) for e in chain):
-        return ModelNotFoundError(f"{repo_id} has no revision {revision!r} on the Hub (404)", "check the branch, tag or commit after @ (or --revision)")
+        return ModelNotFoundError(
+            f"{repo_id} has no revision {revision!r} on the Hub (404)",
+            "check the branch, tag or commit after @ (or --revision)",
+        )
     if any(isinstance(e, RepositoryNotFoundError) or _status(e) in (401, 404) for e in chain):
         status = next((_status(e) for e in chain if _status(e) in (401, 404)), None)
         if status == 401:
-            return HubAccessError(f"{repo_id}: no such model on the Hub, or a private one this request may not see (401)",
-                                  f"check the id; for a private model, {login}")
+            return HubAccessError(
+                f"{repo_id}: no such model on the Hub, or a private one this request may not see (401)",
+                f"check the id; for a private model, {login}",
+            )
         return ModelNotFoundError(f"{repo_id}: no such model on the Hugging Face Hub (404)", "check the id (org/name)")
-    if not offline and (any(type(e).__name__.lower() == "readtimeout" for e in chain) or "read timed out" in text):  # httpx / requests
-        return HubUnreachableError(f"{repo_id}: the Hub stopped sending mid-transfer (no bytes for {READ_TIMEOUT:g} s, {ATTEMPTS} tries)",
-                                   "try again later; a mirror can be set with HF_ENDPOINT")
+    if not offline and (
+        any(type(e).__name__.lower() == "readtimeout" for e in chain) or "read timed out" in text
+    ):  # httpx / requests
+        return HubUnreachableError(
+            f"{repo_id}: the Hub stopped sending mid-transfer (no bytes for {READ_TIMEOUT:g} s, {ATTEMPTS} tries)",
+            "try again later; a mirror can be set with HF_ENDPOINT",
+        )
     if offline or any(marker in text for marker in _UNREACHABLE):
         where = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face Hub cannot be reached from here"
         return HubUnreachableError(
             f"{repo_id}: offline ({where}) and not in the local cache",
-            "unset HF_HUB_OFFLINE to fetch it" if offline else "connect to the Hub (or set HF_ENDPOINT to a mirror), download the model where you can, or pass a local folder",
+            "unset HF_HUB_OFFLINE to fetch it"
+            if offline
+            else "connect to the Hub (or set HF_ENDPOINT to a mirror), download the model where you can, or pass a local folder",
         )
     status = next((_status(e) for e in chain if _status(e)), None)
     if status is not None and status >= 429:
-        return HubUnreachableError(f"{repo_id}: the Hub answered {status} {ATTEMPTS} times", "try again later; a mirror can be set with HF_ENDPOINT")
+        return HubUnreachableError(
+            f"{repo_id}: the Hub answered {status} {ATTEMPTS} times",
+            "try again later; a mirror can be set with HF_ENDPOINT",
+        )
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return ModelNotFoundError(f"{repo_id}: could not be fetched from the Hub ({first})", "run again with LOADGUARD_DEBUG=1 to see why")
+    return ModelNotFoundError(
+        f"{repo_id}: could not be fetched from the Hub ({first})", "run again with LOADGUARD_DEBUG=1 to see why"
+    )
 
 
-__all__ = ["Fetched", "failure", "local_snapshot", "headers", "is_hub_id", "retried", "safetensors_header", "snapshot", "split_id"]
+__all__ = [
+    "Fetched",
+    "failure",
+    "local_snapshot",
+    "headers",
+    "is_hub_id",
+    "retried",
+    "safetensors_header",
+    "snapshot",
+    "split_id",
+]

@@ -15,7 +15,6 @@ class _Keys(Protocol):
     def keys(self) -> list[str]: ...
 
 
-
 @dataclass(frozen=True)
 class KeyMap:
     """How a checkpoint's keys meet a model's ``state_dict()`` names.
@@ -104,6 +103,7 @@ def _conversions(model):
         if isinstance(transform, WeightRenaming):
             renamings.append(lambda k, t=transform: t.rename_source_key(k)[0])
         elif isinstance(transform, WeightConverter):
+
             def convert(key, t=transform):
                 renamed, matched = t.rename_source_key(key)
                 return list(_expand_targets(t, renamed)) if matched is not None else None

@@ -51,7 +51,11 @@ class PageOracle:
                     start, end = (int(x, 16) for x in parts[0].split("-"))
                     perms = parts[1]
                     # the kernel prints resolved absolute paths: no realpath per line needed
-                    self._mappings.append(_Mapping(start, end, int(parts[2], 16), perms[3] == "p", perms[1] == "w", parts[5].rstrip("\n")))
+                    self._mappings.append(
+                        _Mapping(
+                            start, end, int(parts[2], 16), perms[3] == "p", perms[1] == "w", parts[5].rstrip("\n")
+                        )
+                    )
             self._pagemap = open("/proc/self/pagemap", "rb")  # noqa: SIM115  (closed in close())
         except OSError:
             self.available = False
@@ -68,7 +72,12 @@ class PageOracle:
             real = self._real.setdefault(path, os.path.realpath(path))
         index = bisect.bisect_right(self._starts, address) - 1
         mapping = self._mappings[index] if index >= 0 else None
-        if mapping is None or address + nbytes > mapping.end or mapping.path != real or not (mapping.private or not mapping.writable):
+        if (
+            mapping is None
+            or address + nbytes > mapping.end
+            or mapping.path != real
+            or not (mapping.private or not mapping.writable)
+        ):
             return False  # a writable shared mapping writes through to the file: nothing to prove there
         if mapping.offset + (address - mapping.start) != file_offset:
             return False

@@ -29,16 +29,24 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
             raise refused
         if HUB_ID.match(str(path)):
             return {}
-        raise ModelNotFoundError(f"{path} does not exist", "pass the folder that holds the model's config.json and weights")
+        raise ModelNotFoundError(
+            f"{path} does not exist", "pass the folder that holds the model's config.json and weights"
+        )
     if not folder.is_dir():
         raise ModelNotFoundError(f"{path} is a file, not a model folder", "pass the folder that holds config.json")
     config_file = folder / "config.json"
     if not config_file.is_file():
-        raise ModelConfigError(f"{folder} has no config.json, so it is not a transformers model folder", "pass the folder that holds config.json")
+        raise ModelConfigError(
+            f"{folder} has no config.json, so it is not a transformers model folder",
+            "pass the folder that holds config.json",
+        )
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as error:
-        raise ModelConfigError(f"{named(config_file, folder)} is not valid JSON ({unreadable_because(error)})", "fix or re-save the config") from None
+        raise ModelConfigError(
+            f"{named(config_file, folder)} is not valid JSON ({unreadable_because(error)})",
+            "fix or re-save the config",
+        ) from None
     auto_map = config.get("auto_map") or {}
     if auto_map and not trust_remote_code:
         files = sorted({str(v if isinstance(v, str) else v[0]).split(".")[0] + ".py" for v in auto_map.values() if v})
@@ -52,7 +60,9 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
 def _cached(repo_id: str) -> bool:
     """Whether the Hugging Face cache holds a config of ``repo_id`` (what an offline load would find), looked up the way
     huggingface_hub lays the cache out, without importing it."""
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
     cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
     return any((Path(cache) / f"models--{repo_id.replace('/', '--')}").glob("snapshots/*/config.json"))
 
@@ -66,11 +76,14 @@ def missing(text: str) -> ModelNotFoundError | None:
     name = text.rpartition("@")[0] if "@" in text else text  # org/name@revision
     if HUB_ID.match(name):
         if hub_offline() and not _cached(name):
-
-            return HubUnreachableError(f"{text} is not a local folder, not in the Hugging Face cache, and the Hub cannot be reached (offline: HF_HUB_OFFLINE is set)",
-                                       "download the model first (hf download) and pass its local folder, or unset HF_HUB_OFFLINE")
+            return HubUnreachableError(
+                f"{text} is not a local folder, not in the Hugging Face cache, and the Hub cannot be reached (offline: HF_HUB_OFFLINE is set)",
+                "download the model first (hf download) and pass its local folder, or unset HF_HUB_OFFLINE",
+            )
         return None
-    return ModelNotFoundError(f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)")
+    return ModelNotFoundError(
+        f"{text} does not exist", "pass the folder that holds the model's config.json, or a Hub id (org/name)"
+    )
 
 
 __all__ = ["HUB_ID", "hub_offline", "missing", "read_config"]

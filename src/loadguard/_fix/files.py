@@ -29,7 +29,10 @@ def model_folder(target: str) -> Path:
     folder = Path(target)
     if folder.exists() or not HUB_ID.match(str(target)):
         if not folder.is_dir():
-            raise ModelNotFoundError(f"{target} is not a model folder", "pass the folder holding config.json and the model's code, or a Hub id")
+            raise ModelNotFoundError(
+                f"{target} is not a model folder",
+                "pass the folder holding config.json and the model's code, or a Hub id",
+            )
         return folder
 
     try:
@@ -55,8 +58,10 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -
         relative = entry.relative_to(top).as_posix()
         if entry.is_symlink() and leaving(top, entry) is not None:
             # its content would land in the fixed copy (and in a pull request): never followed out of the model
-            raise InvalidOptionError(f"{relative} in {top} is a link leaving the model's folder: refused, nothing written",
-                                     "copy the file into the folder if it belongs to the model")
+            raise InvalidOptionError(
+                f"{relative} in {top} is a link leaving the model's folder: refused, nothing written",
+                "copy the file into the folder if it belongs to the model",
+            )
         destination = target / entry.name
         if relative in patched:
             destination.write_text(patched[relative])
@@ -99,30 +104,62 @@ def _status_line(result: Any) -> str:
 
 def notes(result: Any) -> str:
     """The pull-request description: what was wrong, what changed, the evidence and the versions it was proven on."""
-    lines = ["# Load correctly on transformers 5 (non-persistent buffers and `_init_weights`)", "", _status_line(result), ""]
-    lines += ["## What was wrong", "",
-              "Since transformers 5.0, `from_pretrained` builds the model on the meta device and gives every non-persistent "
-              "buffer fresh, uninitialized memory; only what the model's `_init_weights` rebuilds is restored "
-              "(huggingface/transformers#48892, answered upstream as \"fix per model\"). Loading this model left:", "",
-              "| tensor | status | made at |", "|---|---|---|"]
+    lines = [
+        "# Load correctly on transformers 5 (non-persistent buffers and `_init_weights`)",
+        "",
+        _status_line(result),
+        "",
+    ]
+    lines += [
+        "## What was wrong",
+        "",
+        "Since transformers 5.0, `from_pretrained` builds the model on the meta device and gives every non-persistent "
+        "buffer fresh, uninitialized memory; only what the model's `_init_weights` rebuilds is restored "
+        '(huggingface/transformers#48892, answered upstream as "fix per model"). Loading this model left:',
+        "",
+        "| tensor | status | made at |",
+        "|---|---|---|",
+    ]
     for finding in result.findings:  # names the model controls: one row each, no markup of theirs
-        lines.append(f"| `{cell(finding.tensor)}` | {cell(finding.status)} | {f'`{cell(finding.location)}`' if finding.location else '-'} |")
+        lines.append(
+            f"| `{cell(finding.tensor)}` | {cell(finding.status)} | {f'`{cell(finding.location)}`' if finding.location else '-'} |"
+        )
     if result.workarounds:
-        lines += ["", "The code also needed these adjustments to load on transformers 5: " + ", ".join(f"`{w}`" for w in result.workarounds) + "."]
+        lines += [
+            "",
+            "The code also needed these adjustments to load on transformers 5: "
+            + ", ".join(f"`{w}`" for w in result.workarounds)
+            + ".",
+        ]
     lines += ["", "## What this change does", ""]
     for change in result.changes:
-        lines.append(f"- `{change.file}`: {change.description}" + (f" ({len(change.tensors)} tensor(s))" if change.tensors else ""))
-    lines += ["", "Every recomputation is the model's own code, the expression or helper its `__init__` already uses, run again in "
-              "`_init_weights`, where transformers 5 rebuilds tensors after loading. On transformers 4 `_init_weights` only runs "
-              "for tensors missing from the checkpoint, and it recomputes what `__init__` computed: nothing changes there."]
+        lines.append(
+            f"- `{change.file}`: {change.description}"
+            + (f" ({len(change.tensors)} tensor(s))" if change.tensors else "")
+        )
+    lines += [
+        "",
+        "Every recomputation is the model's own code, the expression or helper its `__init__` already uses, run again in "
+        "`_init_weights`, where transformers 5 rebuilds tensors after loading. On transformers 4 `_init_weights` only runs "
+        "for tensors missing from the checkpoint, and it recomputes what `__init__` computed: nothing changes there.",
+    ]
     if result.refused:
         lines += ["", "## Left for a person", ""]
         for refusal in result.refused:
             where = f" (`{refusal.location}`)" if refusal.location else ""
             lines.append(f"- {f'`{refusal.tensor}`: ' if refusal.tensor else ''}{refusal.reason}{where}")
     if result.upstream:
-        lines += ["", "## For transformers itself", "", "Tensors made by transformers' own classes need the change there (not applied, not proven "
-                  "by a load: it changes transformers):", "", "```diff", result.upstream.rstrip("\n"), "```"]
+        lines += [
+            "",
+            "## For transformers itself",
+            "",
+            "Tensors made by transformers' own classes need the change there (not applied, not proven "
+            "by a load: it changes transformers):",
+            "",
+            "```diff",
+            result.upstream.rstrip("\n"),
+            "```",
+        ]
     lines += ["", "## Evidence", ""]
     if not result.proofs:
         lines.append("- not proven: written with `--no-verify`")
@@ -130,8 +167,17 @@ def notes(result: Any) -> str:
         verdict = {True: "passed", False: "FAILED", None: "not run"}[proof.ok]
         lines.append(f"- transformers {proof.transformers}, {proof.name.replace('_', ' ')}: {verdict}. {proof.detail}")
     versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
-    lines += ["", f"Found with {versions}." if versions else "", "", "```diff", result.diff.rstrip("\n"), "```", "",
-              "_Written by `loadguard fix`; reproduce with `loadguard audit <folder> --trust-remote-code` before and after._", ""]
+    lines += [
+        "",
+        f"Found with {versions}." if versions else "",
+        "",
+        "```diff",
+        result.diff.rstrip("\n"),
+        "```",
+        "",
+        "_Written by `loadguard fix`; reproduce with `loadguard audit <folder> --trust-remote-code` before and after._",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -85,11 +85,19 @@ class FixResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model, "out": self.out, "status": self.status, "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings], "workarounds": list(self.workarounds),
-            "changes": [c.to_dict() for c in self.changes], "refused": [r.to_dict() for r in self.refused],
-            "proofs": [p.to_dict() for p in self.proofs], "diff": self.diff, "versions": dict(self.versions),
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "upstream": self.upstream or None,
+            "model": self.model,
+            "out": self.out,
+            "status": self.status,
+            "ok": self.ok,
+            "findings": [f.to_dict() for f in self.findings],
+            "workarounds": list(self.workarounds),
+            "changes": [c.to_dict() for c in self.changes],
+            "refused": [r.to_dict() for r in self.refused],
+            "proofs": [p.to_dict() for p in self.proofs],
+            "diff": self.diff,
+            "versions": dict(self.versions),
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "upstream": self.upstream or None,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -117,13 +125,17 @@ def fix(
     _check_paths(folder, target)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    model, early = load_unaudited(auto_class, folder, poison=True, workarounds=workarounds, trust_remote_code=trust_remote_code)
+    model, early = load_unaudited(
+        auto_class, folder, poison=True, workarounds=workarounds, trust_remote_code=trust_remote_code
+    )
     report, _ = _audit.audit_after_load(model, registry.resolve(workarounds), folder, early=early)
     needed = tuple(o.name for o in early if o.status == WorkaroundStatus.APPLIED)
     seconds["audit"] = time.perf_counter() - start
     findings = tuple(report.failures)
     if not findings and not needed:
-        return FixResult(str(path), None, FixStatus.CLEAN, findings, needed, (), (), (), "", dict(report.versions), seconds)
+        return FixResult(
+            str(path), None, FixStatus.CLEAN, findings, needed, (), (), (), "", dict(report.versions), seconds
+        )
     plan = plan_fix(model, report, folder, list(needed))
 
     upstream = upstream_patch(model, report)
@@ -131,7 +143,9 @@ def fix(
     diff = _diff(plan.original, plan.files)
     base = (str(path), findings, needed, tuple(plan.changes), tuple(plan.refused))
     if not plan.files:
-        return FixResult(base[0], None, FixStatus.NOT_FIXED, *base[1:], (), "", dict(report.versions), seconds, upstream)
+        return FixResult(
+            base[0], None, FixStatus.NOT_FIXED, *base[1:], (), "", dict(report.versions), seconds, upstream
+        )
     staging = stage(folder, target, plan.files, diff)
     try:
         proofs: tuple[Proof, ...] = ()
@@ -143,7 +157,17 @@ def fix(
             proofs += (_unchanged_before_v5(folder, staging, compat_version, needed),)
             seconds["prove_compat"] = time.perf_counter() - start
         status = _status(verify, proofs, plan.refused)
-        result = FixResult(base[0], str(target) if status != FixStatus.NOT_FIXED else None, status, *base[1:], proofs, diff, dict(report.versions), seconds, upstream)
+        result = FixResult(
+            base[0],
+            str(target) if status != FixStatus.NOT_FIXED else None,
+            status,
+            *base[1:],
+            proofs,
+            diff,
+            dict(report.versions),
+            seconds,
+            upstream,
+        )
         if status != FixStatus.NOT_FIXED:
             publish(staging, target, result)
         return result
@@ -165,18 +189,26 @@ def _status(verify: bool, proofs: tuple[Proof, ...], refused: list[Refusal]) -> 
 def _check_paths(folder: Path, target: Path) -> None:
 
     if not folder.is_dir():
-        raise ModelNotFoundError(f"{folder} is not a model folder", "pass the folder holding config.json and the model's code (a Hub id: download it first)")
+        raise ModelNotFoundError(
+            f"{folder} is not a model folder",
+            "pass the folder holding config.json and the model's code (a Hub id: download it first)",
+        )
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise FolderNotEmptyError(str(target))
     resolved, original = target.resolve(), folder.resolve()
     if resolved == original or original in resolved.parents:
-        raise InvalidOptionError(f"--out {target} lies inside the model's folder {folder}", "write the fixed copy somewhere else: the original is never written")
+        raise InvalidOptionError(
+            f"--out {target} lies inside the model's folder {folder}",
+            "write the fixed copy somewhere else: the original is never written",
+        )
 
 
 def _diff(original: dict[str, str], patched: dict[str, str]) -> str:
     parts = []
     for name in sorted(patched):
-        parts += difflib.unified_diff(original[name].splitlines(True), patched[name].splitlines(True), f"a/{name}", f"b/{name}")
+        parts += difflib.unified_diff(
+            original[name].splitlines(True), patched[name].splitlines(True), f"a/{name}", f"b/{name}"
+        )
     return "".join(parts)
 
 
@@ -184,8 +216,16 @@ def _run_json(command: list[str], env: dict | None = None, timeout: float = 900)
     """A child process's JSON document: its whole stdout, else its last line that is a JSON object (the model's own prints
     come before it)."""
     with tempfile.TemporaryFile("w+") as err:
-        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-                                **procs.subprocess_options())  # a proof never outlives the run that started it
+        result = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            **procs.subprocess_options(),
+        )  # a proof never outlives the run that started it
         err.seek(0)
         errors = err.read()
     try:
@@ -214,18 +254,31 @@ def _audit_patched(arguments: tuple[str, str | None]) -> dict:
     return audit(model).to_dict()
 
 
-def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Refusal], auto_class: str | None) -> Proof:
+def _loads_right(
+    staging: Path, findings: tuple[Finding, ...], refused: list[Refusal], auto_class: str | None
+) -> Proof:
     """(a): the patched copy, loaded in a child process with leftover memory poisoned and no workaround, audits clean
     (or, for a partial fix, fails only where the plan said a person must act)."""
     import transformers
-
 
     if forks.available():
         (outcome,) = forks.run(_audit_patched, [(str(staging), auto_class)], timeout=1800)
         document = outcome.value if outcome.ok else {"error": f"the process loading it failed: {outcome.error}"}
     else:  # no fork (Windows): a fresh interpreter
-        command = [sys.executable, "-m", "loadguard", "audit", str(staging), "--trust-remote-code", "--poison", "--format", "json"]
-        document = _run_json(command + (["--auto-class", auto_class] if auto_class else []), {**os.environ, "LOADGUARD_DEBUG": ""})
+        command = [
+            sys.executable,
+            "-m",
+            "loadguard",
+            "audit",
+            str(staging),
+            "--trust-remote-code",
+            "--poison",
+            "--format",
+            "json",
+        ]
+        document = _run_json(
+            command + (["--auto-class", auto_class] if auto_class else []), {**os.environ, "LOADGUARD_DEBUG": ""}
+        )
     version = transformers.__version__
     if document.get("error"):
         error = document["error"]
@@ -234,19 +287,44 @@ def _loads_right(staging: Path, findings: tuple[Finding, ...], refused: list[Ref
     skipped = [c for c in document.get("checks", []) if not c.get("ran")]
     if skipped or not document.get("checks"):  # a check that did not run finds nothing: that is no proof
         why = "; ".join(f"{c['check']}: {c.get('reason') or 'did not run'}" for c in skipped) or "no check ran"
-        return Proof("loads_right", version, False, f"the audit of the patched copy could not check everything ({why})")
-    failing = {f["tensor"] for f in document.get("findings", []) if f["status"] in (Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN)}
+        return Proof(
+            "loads_right", version, False, f"the audit of the patched copy could not check everything ({why})"
+        )
+    failing = {
+        f["tensor"]
+        for f in document.get("findings", [])
+        if f["status"] in (Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN)
+    }
     # a tensor that was wrong must come out right by the check that caught it: one that the patch merely moved out of
     # that check's sight (a tie no longer declared, so its table counts as a missing key "initialized") is not fixed
     before = {f.tensor: f.check for f in findings}
-    failing |= {f["tensor"] for f in document.get("findings", []) if f["tensor"] in before and f["check"] != before[f["tensor"]]}
+    failing |= {
+        f["tensor"]
+        for f in document.get("findings", [])
+        if f["tensor"] in before and f["check"] != before[f["tensor"]]
+    }
     left = {r.tensor for r in refused if r.tensor}
     unexpected = sorted(failing - left)
     if unexpected:
-        return Proof("loads_right", version, False, f"still wrong after the patch: {', '.join(unexpected[:6])}" + (" ..." if len(unexpected) > 6 else ""))
+        return Proof(
+            "loads_right",
+            version,
+            False,
+            f"still wrong after the patch: {', '.join(unexpected[:6])}" + (" ..." if len(unexpected) > 6 else ""),
+        )
     if failing:
-        return Proof("loads_right", version, True, f"{len(findings) - len(failing)} of {len(findings)} wrong tensors now load right; {len(failing)} need a person (refused)")
-    return Proof("loads_right", version, True, f"loads with leftover memory poisoned and no workaround; audit clean ({len(findings)} tensors were wrong before)")
+        return Proof(
+            "loads_right",
+            version,
+            True,
+            f"{len(findings) - len(failing)} of {len(findings)} wrong tensors now load right; {len(failing)} need a person (refused)",
+        )
+    return Proof(
+        "loads_right",
+        version,
+        True,
+        f"loads with leftover memory poisoned and no workaround; audit clean ({len(findings)} tensors were wrong before)",
+    )
 
 
 def _unchanged_before_v5(folder: Path, staging: Path, version: str, workarounds: tuple[str, ...]) -> Proof:
@@ -254,20 +332,46 @@ def _unchanged_before_v5(folder: Path, staging: Path, version: str, workarounds:
 
     environment = envs.environment(version)
     if not environment.ok:
-        return Proof("unchanged_before_v5", version, None, f"not run: the transformers {version} environment could not be created ({environment.reason})")
+        return Proof(
+            "unchanged_before_v5",
+            version,
+            None,
+            f"not run: the transformers {version} environment could not be created ({environment.reason})",
+        )
     env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules"), "HF_HUB_OFFLINE": "1"}
-    command = [str(environment.python), "-m", "loadguard._fix.prove", str(folder.resolve()), str(staging.resolve()), ",".join(workarounds)]
+    command = [
+        str(environment.python),
+        "-m",
+        "loadguard._fix.prove",
+        str(folder.resolve()),
+        str(staging.resolve()),
+        ",".join(workarounds),
+    ]
     document = _run_json(command, env)
     if "error" in document:
         return Proof("unchanged_before_v5", version, False, f"could not be compared: {document['error']}")
     if document["differ_count"]:
-        return Proof("unchanged_before_v5", version, False, f"{document['differ_count']} tensors differ from the original's: {', '.join(document['differ'][:6])}")
+        return Proof(
+            "unchanged_before_v5",
+            version,
+            False,
+            f"{document['differ_count']} tensors differ from the original's: {', '.join(document['differ'][:6])}",
+        )
     if document["forward"].startswith("differs") and not document.get("repaired"):
         return Proof("unchanged_before_v5", version, False, f"the first forward pass {document['forward']}")
     repaired = document.get("repaired") or []
     same = document["tensors"] - len(repaired)
-    also = f"; {', '.join(repaired[:4])} ({len(repaired)}) the original loads wrong here too now equal what the code computes" if repaired else ""
-    return Proof("unchanged_before_v5", document["transformers"], True, f"{same} of {document['tensors']} tensors bit-identical to the original's{also}; first forward: {document['forward']}")
+    also = (
+        f"; {', '.join(repaired[:4])} ({len(repaired)}) the original loads wrong here too now equal what the code computes"
+        if repaired
+        else ""
+    )
+    return Proof(
+        "unchanged_before_v5",
+        document["transformers"],
+        True,
+        f"{same} of {document['tensors']} tensors bit-identical to the original's{also}; first forward: {document['forward']}",
+    )
 
 
 __all__ = ["COMPAT_VERSION", "FixResult", "Proof", "fix"]

@@ -44,7 +44,13 @@ class Change:
     workaround: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "kind": self.kind, "description": self.description, "tensors": list(self.tensors), "workaround": self.workaround}
+        return {
+            "file": self.file,
+            "kind": self.kind,
+            "description": self.description,
+            "tensors": list(self.tensors),
+            "workaround": self.workaround,
+        }
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,9 @@ def owning_module(model: Any, module_name: str) -> Any:
     return model
 
 
-def _beside(model: Any, module_name: str, file: str, target: tuple[str, str], original: dict[str, str]) -> tuple[str, str]:
+def _beside(
+    model: Any, module_name: str, file: str, target: tuple[str, str], original: dict[str, str]
+) -> tuple[str, str]:
     """Where a branch for a class of ``file`` goes: the target, unless that is another file and a model class of the
     owner's MRO lives in ``file`` itself (then that class's ``_init_weights``: no file has to import one that imports it)."""
     from transformers import PreTrainedModel
@@ -156,13 +164,17 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
     config = json.loads(plan.original.get("config.json", "{}"))
     _workaround_edits(plan, [registry.get(n) for n in workaround_names], config, model)
     untied = tuple(f.tensor for f in report.failures if f.check == "tied_weights")
-    if untied and _TIES not in workaround_names:  # a v4 tie list the load read without failing: the same edit answers it
+    if (
+        untied and _TIES not in workaround_names
+    ):  # a v4 tie list the load read without failing: the same edit answers it
         _workaround_edits(plan, [registry.get(_TIES)], config, model, untied, quiet=True)
     branches: dict[tuple[str, str], list[_codemod.Branch]] = {}
     keep: dict[tuple[str, str], set[str]] = {}
     overwritten: dict[tuple[str, str], list[str]] = {}
     meta = {(f.location, f.tensor.rpartition(".")[2]) for f in report.failures if f.status == Status.ON_META}
-    seen: dict[tuple[str, str], tuple[tuple[str, str], _codemod.Branch] | str] = {}  # (where, branch), or why there is none
+    seen: dict[
+        tuple[str, str], tuple[tuple[str, str], _codemod.Branch] | str
+    ] = {}  # (where, branch), or why there is none
     answered = {t for c in plan.changes for t in c.tensors}
     for finding in report.failures:
         if finding.tensor in answered:
@@ -170,20 +182,47 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
         attribute = finding.tensor.rpartition(".")[2]
         target = _init_weights_owner(model, finding.module, plan.original)
         if target is None:
-            plan.refused.append(Refusal(finding.tensor, finding.status, "the _init_weights transformers calls for it is transformers' own code: an upstream change (result.upstream; `loadguard audit --reproducer DIR` writes it as transformers-upstream.diff)", finding.location))
+            plan.refused.append(
+                Refusal(
+                    finding.tensor,
+                    finding.status,
+                    "the _init_weights transformers calls for it is transformers' own code: an upstream change (result.upstream; `loadguard audit --reproducer DIR` writes it as transformers-upstream.diff)",
+                    finding.location,
+                )
+            )
             continue
         if finding.status == Status.OVERWRITTEN:
             overwritten.setdefault(target, []).append(finding.tensor)
             continue
-        if finding.status not in RECOMPUTED or (finding.kind == "parameter" and finding.check != "missing_key") or (finding.persistent and finding.kind == "buffer"):
-            plan.refused.append(Refusal(finding.tensor, finding.status, f"{finding.check}: the checkpoint holds its value; no code edit recomputes it", finding.location))
+        if (
+            finding.status not in RECOMPUTED
+            or (finding.kind == "parameter" and finding.check != "missing_key")
+            or (finding.persistent and finding.kind == "buffer")
+        ):
+            plan.refused.append(
+                Refusal(
+                    finding.tensor,
+                    finding.status,
+                    f"{finding.check}: the checkpoint holds its value; no code edit recomputes it",
+                    finding.location,
+                )
+            )
             continue
         if finding.location is None:
-            plan.refused.append(Refusal(finding.tensor, finding.status, "no line of the model's code was recorded making it", None))
+            plan.refused.append(
+                Refusal(finding.tensor, finding.status, "no line of the model's code was recorded making it", None)
+            )
             continue
         file, line = split_location(finding.location)
         if file not in plan.original:
-            plan.refused.append(Refusal(finding.tensor, finding.status, f"made in {file}, outside the model's folder (transformers' own code: an upstream change)", finding.location))
+            plan.refused.append(
+                Refusal(
+                    finding.tensor,
+                    finding.status,
+                    f"made in {file}, outside the model's folder (transformers' own code: an upstream change)",
+                    finding.location,
+                )
+            )
             continue
         key = (finding.location, attribute)
         if key not in seen:
@@ -191,8 +230,15 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
             try:
                 live = model.get_submodule(finding.module)
                 parameter = _codemod.init_weights_parameter(plan.source(placed[0]), placed[1]) or "module"
-                made = _codemod.recompute(plan.original[file], line, attribute, finding.kind, on_meta=key in meta, init_param=parameter,
-                                          available=frozenset(n for n in ("config",) if hasattr(live, n)))
+                made = _codemod.recompute(
+                    plan.original[file],
+                    line,
+                    attribute,
+                    finding.kind,
+                    on_meta=key in meta,
+                    init_param=parameter,
+                    available=frozenset(n for n in ("config",) if hasattr(live, n)),
+                )
             except _codemod.Refused as why:
                 seen[key] = f"{why}: recompute it in _init_weights by hand"
             else:
@@ -205,12 +251,38 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
         _answered(branches[seen[key][0]], seen[key][1], finding.tensor)
     for (file, cls), names in keep.items():
         if names:
-            _edit(plan, file, lambda s, c=cls, n=sorted(names): _codemod.keep_arguments(s, c, n), Change(file, ChangeKind.KEEP_ARGUMENTS, f"{cls}.__init__ keeps {', '.join(sorted(names))} so _init_weights can recompute from it"))
+            _edit(
+                plan,
+                file,
+                lambda s, c=cls, n=sorted(names): _codemod.keep_arguments(s, c, n),
+                Change(
+                    file,
+                    ChangeKind.KEEP_ARGUMENTS,
+                    f"{cls}.__init__ keeps {', '.join(sorted(names))} so _init_weights can recompute from it",
+                ),
+            )
     for (file, cls), tensors in overwritten.items():
-        guarded = _edit(plan, file, lambda s, c=cls: _codemod.guard_writes(s, c)[0],
-                        Change(file, ChangeKind.GUARD_OVERWRITES, f"{cls}._init_weights leaves tensors the checkpoint loaded alone (transformers 5's _is_hf_initialized flag)", tuple(tensors)))
+        guarded = _edit(
+            plan,
+            file,
+            lambda s, c=cls: _codemod.guard_writes(s, c)[0],
+            Change(
+                file,
+                ChangeKind.GUARD_OVERWRITES,
+                f"{cls}._init_weights leaves tensors the checkpoint loaded alone (transformers 5's _is_hf_initialized flag)",
+                tuple(tensors),
+            ),
+        )
         if not guarded:
-            plan.refused += [Refusal(t, Status.OVERWRITTEN, f"{cls}._init_weights has no in-place write loadguard can guard: the write is elsewhere", None) for t in tensors]
+            plan.refused += [
+                Refusal(
+                    t,
+                    Status.OVERWRITTEN,
+                    f"{cls}._init_weights has no in-place write loadguard can guard: the write is elsewhere",
+                    None,
+                )
+                for t in tensors
+            ]
     for (file, cls), found in branches.items():
         add_branches_to_plan(plan, file, cls, _codemod.merge(found))
     return plan
@@ -256,15 +328,30 @@ def add_branches_to_plan(plan: Plan, file: str, cls: str, branches: list[_codemo
         return
     plan.edit(file, text)
     for branch in branches:
-        plan.changes.append(Change(file, ChangeKind.RECOMPUTE, f"{cls}._init_weights recomputes {', '.join(dict.fromkeys(t.rpartition('.')[2] for t in branch.tensors))} of {branch.cls} as its __init__ makes it", branch.tensors))
+        plan.changes.append(
+            Change(
+                file,
+                ChangeKind.RECOMPUTE,
+                f"{cls}._init_weights recomputes {', '.join(dict.fromkeys(t.rpartition('.')[2] for t in branch.tensors))} of {branch.cls} as its __init__ makes it",
+                branch.tensors,
+            )
+        )
 
 
 def _defining_file(plan: Plan, cls: str) -> str | None:
-    return next((name for name, text in plan.original.items() if name.endswith(".py") and cls in _codemod.bound_names(text)
-                 and f"class {cls}" in text), None)
+    return next(
+        (
+            name
+            for name, text in plan.original.items()
+            if name.endswith(".py") and cls in _codemod.bound_names(text) and f"class {cls}" in text
+        ),
+        None,
+    )
 
 
-def _workaround_edits(plan: Plan, items: list, config: dict, model: Any, tensors: tuple[str, ...] = (), quiet: bool = False) -> None:
+def _workaround_edits(
+    plan: Plan, items: list, config: dict, model: Any, tensors: tuple[str, ...] = (), quiet: bool = False
+) -> None:
     """The source fix of each workaround in ``items``; ``tensors``: findings it answers too (``quiet``: finding nothing to
     change is no refusal: the findings are refused on their own)."""
     for item in items:
@@ -283,7 +370,9 @@ def _workaround_edits(plan: Plan, items: list, config: dict, model: Any, tensors
             plan.edit(name, text)
             plan.changes.append(Change(name, ChangeKind.WORKAROUND, description, tensors, item.name))
         if not changed and not quiet:
-            plan.refused.append(Refusal("", "", f"workaround {item.name}: its source fix found nothing to change in the model's files"))
+            plan.refused.append(
+                Refusal("", "", f"workaround {item.name}: its source fix found nothing to change in the model's files")
+            )
 
 
 __all__ = ["Change", "Plan", "Refusal", "plan_fix", "sources"]

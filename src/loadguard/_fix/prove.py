@@ -49,7 +49,11 @@ def _load(folder: str, workarounds: list[str] | None = None):
 def _forward(model):
     import torch
 
-    vocab = int(getattr(model.config, "vocab_size", 0) or getattr(getattr(model.config, "text_config", None), "vocab_size", 0) or 32)
+    vocab = int(
+        getattr(model.config, "vocab_size", 0)
+        or getattr(getattr(model.config, "text_config", None), "vocab_size", 0)
+        or 32
+    )
     ids = (torch.arange(12).reshape(2, 6) * 7 + 3) % vocab
     import inspect
 
@@ -83,7 +87,9 @@ def _repaired_here_too(model, patched: dict, original: dict, differ: list[str]) 
         value = truth.get(name)
         if value is None or value.is_meta or patched[name].is_meta or value.shape != patched[name].shape:
             continue
-        if torch.equal(patched[name].detach().to(value.dtype), value.detach()) and not torch.equal(original[name].detach().to(value.dtype), value.detach()):
+        if torch.equal(patched[name].detach().to(value.dtype), value.detach()) and not torch.equal(
+            original[name].detach().to(value.dtype), value.detach()
+        ):
             out.append(name)
     return out
 
@@ -110,12 +116,22 @@ def compare(original: str, patched: str, workarounds: list[str] | None = None) -
         if first is None or second is None:
             forward = "not compared: the output has no logits or hidden states"
         else:
-            forward = "equal" if torch.equal(first, second) or (torch.isnan(first).all() and torch.isnan(second).all()) else (
-                f"differs (max |diff| {float((first - second).abs().nan_to_num(float('inf')).max()):.3g})")
+            forward = (
+                "equal"
+                if torch.equal(first, second) or (torch.isnan(first).all() and torch.isnan(second).all())
+                else (f"differs (max |diff| {float((first - second).abs().nan_to_num(float('inf')).max()):.3g})")
+            )
     except Exception as error:  # a model whose forward takes more than token ids (pixel values, a data dict)
         forward = f"not compared: its forward does not take input_ids alone ({type(error).__name__})"
-    return {"transformers": transformers.__version__, "torch": torch.__version__, "tensors": len(mine), "differ": differ[:50],
-            "differ_count": len(differ), "forward": forward, "repaired": repaired}
+    return {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "tensors": len(mine),
+        "differ": differ[:50],
+        "differ_count": len(differ),
+        "forward": forward,
+        "repaired": repaired,
+    }
 
 
 def main() -> None:

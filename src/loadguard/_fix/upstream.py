@@ -31,17 +31,27 @@ def upstream_patch(model: Any, report: AuditReport) -> str:
     failing tensor made by transformers' own code (as ``fix`` does for a model's code); "" when there is none."""
     import transformers
 
-
     root = Path(transformers.__file__).resolve().parent.parent
     plan = Plan({})
     branches: dict[tuple[str, str], list[_codemod.Branch]] = {}
     for finding in report.failures:
-        if not finding.location or not finding.location.startswith("transformers/") or finding.status not in RECOMPUTED:
+        if (
+            not finding.location
+            or not finding.location.startswith("transformers/")
+            or finding.status not in RECOMPUTED
+        ):
             continue
-        if finding.kind == "parameter" and finding.check != "missing_key" or finding.kind == "buffer" and finding.persistent:
+        if (
+            finding.kind == "parameter"
+            and finding.check != "missing_key"
+            or finding.kind == "buffer"
+            and finding.persistent
+        ):
             continue
         file, line = split_location(finding.location)
-        definer = next((k for k in type(owning_module(model, finding.module)).__mro__ if "_init_weights" in vars(k)), None)
+        definer = next(
+            (k for k in type(owning_module(model, finding.module)).__mro__ if "_init_weights" in vars(k)), None
+        )
         target = _transformers_file(definer) if definer is not None else None
         if target is None:
             continue
@@ -52,9 +62,15 @@ def upstream_patch(model: Any, report: AuditReport) -> str:
             continue
         live = model.get_submodule(finding.module)
         try:
-            branch = _codemod.recompute(plan.original[file], line, finding.tensor.rpartition(".")[2], finding.kind, on_meta=finding.status == Status.ON_META,
-                                        init_param=init_weights_parameter(plan.original[target], definer.__name__) or "module",
-                                        available=frozenset(n for n in ("config",) if hasattr(live, n)))
+            branch = _codemod.recompute(
+                plan.original[file],
+                line,
+                finding.tensor.rpartition(".")[2],
+                finding.kind,
+                on_meta=finding.status == Status.ON_META,
+                init_param=init_weights_parameter(plan.original[target], definer.__name__) or "module",
+                available=frozenset(n for n in ("config",) if hasattr(live, n)),
+            )
         except _codemod.Refused:
             continue
         if branch.keep:  # it would need transformers' constructor to keep an argument: left to the reproducer alone
@@ -65,7 +81,14 @@ def upstream_patch(model: Any, report: AuditReport) -> str:
     for (target, cls), found in branches.items():
         add_branches_to_plan(plan, target, cls, found)
     return "".join(
-        "".join(difflib.unified_diff(plan.original[name].splitlines(True), plan.files[name].splitlines(True), f"a/src/{name}", f"b/src/{name}"))
+        "".join(
+            difflib.unified_diff(
+                plan.original[name].splitlines(True),
+                plan.files[name].splitlines(True),
+                f"a/src/{name}",
+                f"b/src/{name}",
+            )
+        )
         for name in sorted(plan.files)
     )
 

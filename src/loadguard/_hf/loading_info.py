@@ -36,13 +36,19 @@ class LoadingInfo:
                 mismatched[str(name)] = (tuple(stored), tuple(wanted))
             elif isinstance(item, str):
                 mismatched[item] = ((), ())
-        return cls(frozenset(map(str, info.get("missing_keys") or ())), frozenset(map(str, info.get("unexpected_keys") or ())), mismatched)
+        return cls(
+            frozenset(map(str, info.get("missing_keys") or ())),
+            frozenset(map(str, info.get("unexpected_keys") or ())),
+            mismatched,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "missing_keys": sorted(self.missing),
             "unexpected_keys": sorted(self.unexpected),
-            "mismatched_keys": {name: {"checkpoint": list(a), "model": list(b)} for name, (a, b) in sorted(self.mismatched.items())},
+            "mismatched_keys": {
+                name: {"checkpoint": list(a), "model": list(b)} for name, (a, b) in sorted(self.mismatched.items())
+            },
         }
 
 

@@ -52,7 +52,9 @@ def collected() -> Iterator[list[str]]:
             handler.setLevel(handler_level)
         for message in caught:
             texts.append(f"{message.category.__name__}: {message.message}")
-            warnings.warn_explicit(message.message, message.category, message.filename, message.lineno, source=message.source)
+            warnings.warn_explicit(
+                message.message, message.category, message.filename, message.lineno, source=message.source
+            )
 
 
 def _expanded(line: str) -> str:
@@ -78,7 +80,14 @@ def explaining(tensor: str, texts: Iterable[str]) -> str | None:
             cells = [cell.strip() for cell in line.split("|") if cell.strip()]
             said = " ".join(cells) if len(cells) > 1 else line.strip()
             status = cells[1] if len(cells) > 1 else None
-            note = next((n.lstrip(" -\t")[len(status) + 1 :] for n in lines if status and n.lstrip(" -\t").startswith(f"{status}:")), None)
+            note = next(
+                (
+                    n.lstrip(" -\t")[len(status) + 1 :]
+                    for n in lines
+                    if status and n.lstrip(" -\t").startswith(f"{status}:")
+                ),
+                None,
+            )
             return f"{said}: {' '.join(note.split())}" if note else said
     return None
 

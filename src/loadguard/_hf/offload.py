@@ -45,19 +45,27 @@ class Offloaded:
         self._places: dict[str, _Place] = {}
         self._missing: dict[str, str] = {}
         for module_name, module in model.named_modules():
-            hook = _align_hook(vars(module).get("_hf_hook"))  # accelerate sets it on the instance; never the module's own __getattr__
+            hook = _align_hook(
+                vars(module).get("_hf_hook")
+            )  # accelerate sets it on the instance; never the module's own __getattr__
             if hook is None or not getattr(hook, "offload", False) or getattr(hook, "weights_map", None) is None:
                 continue
             held = set(_keys(hook.weights_map))
             for attribute in list(module._parameters) + list(module._buffers):
-                tensor = module._parameters.get(attribute) if attribute in module._parameters else module._buffers.get(attribute)
+                tensor = (
+                    module._parameters.get(attribute)
+                    if attribute in module._parameters
+                    else module._buffers.get(attribute)
+                )
                 if tensor is None:
                     continue
                 name = f"{module_name}.{attribute}" if module_name else attribute
                 if attribute in held:
                     self._places[name] = _Place(module_name, attribute, hook)
                 elif tensor.device.type == "meta":
-                    self._missing[name] = "offloaded by accelerate but absent from its weights map: its hook has nothing to load"
+                    self._missing[name] = (
+                        "offloaded by accelerate but absent from its weights map: its hook has nothing to load"
+                    )
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._places)
@@ -76,7 +84,9 @@ class Offloaded:
     def where(self, name: str) -> str:
         """``disk`` (a file the hook reads) or ``cpu`` (a tensor in memory)."""
         place = self._places[name]
-        store = place.hook.weights_map.dataset if hasattr(place.hook.weights_map, "dataset") else place.hook.weights_map
+        store = (
+            place.hook.weights_map.dataset if hasattr(place.hook.weights_map, "dataset") else place.hook.weights_map
+        )
         in_memory = getattr(store, "state_dict", store if isinstance(store, dict) else {})
         return "cpu" if place.key in in_memory else "disk"
 
@@ -84,7 +94,9 @@ class Offloaded:
         """(safetensors file, tensor name, dtype) when the hook reads ``name`` straight from a safetensors file (how
         transformers offloads from the original checkpoint); None when it reads memory or an offload folder."""
         place = self._places[name]
-        store = place.hook.weights_map.dataset if hasattr(place.hook.weights_map, "dataset") else place.hook.weights_map
+        store = (
+            place.hook.weights_map.dataset if hasattr(place.hook.weights_map, "dataset") else place.hook.weights_map
+        )
         if place.key in (getattr(store, "state_dict", None) or {}):
             return None
         info = (getattr(store, "index", None) or {}).get(place.key)

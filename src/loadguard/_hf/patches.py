@@ -50,7 +50,10 @@ class Weightless(torch.Tensor):
         if func is torch.Tensor.to:
             kwargs.pop("device", None)
             kwargs.pop("non_blocking", None)
-            args = (args[0], *(a for a in args[1:] if not isinstance(a, (str, torch.device, int)) or isinstance(a, bool)))
+            args = (
+                args[0],
+                *(a for a in args[1:] if not isinstance(a, (str, torch.device, int)) or isinstance(a, bool)),
+            )
         elif func in (torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.pin_memory):
             return args[0]
         return super().__torch_function__(func, types, args, kwargs)
@@ -99,7 +102,6 @@ def complete_keys_from_the_model() -> Iterator[bool]:
 
     def fill(model, state_dict) -> None:
         if isinstance(state_dict, CompleteKeys) and not state_dict:
-
             for key, value in (saved_state_dict(model) if state_dict.saved else model.state_dict()).items():
                 state_dict[key] = Weightless(value.shape, value.dtype)
 
@@ -127,7 +129,9 @@ def loaded_tensors(model: torch.nn.Module) -> dict[str, int]:
     """Names of the model's parameters and buffers that hold a :class:`Weightless` (loaded by the scan), with
     their storage."""
     out = {}
-    for name, tensor in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False)):
+    for name, tensor in list(model.named_parameters(remove_duplicate=False)) + list(
+        model.named_buffers(remove_duplicate=False)
+    ):
         if isinstance(tensor, Weightless):
             out[name] = storage_of(tensor)
     return out
@@ -150,7 +154,11 @@ class _MetaWrites(TorchFunctionMode):
         target = args[0] if args else (kwargs or {}).get("tensor")
         name = getattr(func, "__name__", "")
         initializer = getattr(func, "__module__", "") == "torch.nn.init" and name.endswith("_")
-        if isinstance(target, torch.Tensor) and target.device.type == "meta" and (name in _VALUE_WRITES or initializer):
+        if (
+            isinstance(target, torch.Tensor)
+            and target.device.type == "meta"
+            and (name in _VALUE_WRITES or initializer)
+        ):
             if self.record is not None:
                 for loaded in self.watched.get(storage_of(target), ()):
                     self.record.note(loaded, name)
@@ -242,7 +250,16 @@ def parameters_stay_on_meta() -> Iterator[None]:
         torch.nn.Module.to_empty = original
 
 
-_FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.randn, torch.rand, torch.randint, torch.empty_strided}
+_FACTORIES = {
+    torch.empty,
+    torch.zeros,
+    torch.ones,
+    torch.full,
+    torch.randn,
+    torch.rand,
+    torch.randint,
+    torch.empty_strided,
+}
 
 
 class _LargeOnMeta(TorchFunctionMode):

@@ -49,9 +49,13 @@ def check_device(device: str | None) -> None:
     except RuntimeError:
         raise InvalidOptionError(f"{device!r} is not a device", "use cpu, cuda, cuda:N or mps") from None
     if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidOptionError(f"--device {device} was asked for but this machine has no usable CUDA GPU", "use --device cpu")
+        raise InvalidOptionError(
+            f"--device {device} was asked for but this machine has no usable CUDA GPU", "use --device cpu"
+        )
     if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise InvalidOptionError(f"{device} does not exist: this machine has {torch.cuda.device_count()} GPU(s)", "use cuda:0")
+        raise InvalidOptionError(
+            f"{device} does not exist: this machine has {torch.cuda.device_count()} GPU(s)", "use cuda:0"
+        )
     if parsed.type == "mps" and not torch.backends.mps.is_available():
         raise InvalidOptionError("--device mps was asked for but MPS is not available here", "use --device cpu")
 
@@ -82,18 +86,22 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
     if isinstance(auto_class, str):
         cls = getattr(transformers, auto_class, None)
         if cls is None or not hasattr(cls, "from_pretrained"):
-            raise InvalidOptionError(f"transformers has no model class called {auto_class!r}", "use e.g. AutoModel, AutoModelForCausalLM")
+            raise InvalidOptionError(
+                f"transformers has no model class called {auto_class!r}", "use e.g. AutoModel, AutoModelForCausalLM"
+            )
         return cls
     auto_map = config.get("auto_map") or {}
     if not isinstance(auto_map, dict):
-        raise ModelConfigError(f"the config's auto_map is a {type(auto_map).__name__}, not a mapping of auto classes to code", "fix auto_map in config.json")
+        raise ModelConfigError(
+            f"the config's auto_map is a {type(auto_map).__name__}, not a mapping of auto classes to code",
+            "fix auto_map in config.json",
+        )
     architectures = config.get("architectures") or []
     if isinstance(architectures, str):
         architectures = [architectures]
     model_keys = [k for k in auto_map if k.startswith("AutoModel") and hasattr(transformers, k)]
     removed = [k for k in auto_map if k.startswith("AutoModel") and not hasattr(transformers, k)]
     if removed and not model_keys:
-
         error = ModelConfigError(
             f"the model's auto_map names only auto classes this transformers removed ({', '.join(removed)}): "
             f"transformers {transformers.__version__} has nothing to load it with",
@@ -133,7 +141,6 @@ def through_the_base(record: BaseCall) -> Iterator[BaseCall]:
     the model and the info. Loads nested inside it (a sub-model a constructor loads) pass through untouched."""
     from transformers import PreTrainedModel
 
-
     original = PreTrainedModel.__dict__["from_pretrained"]
 
     def from_pretrained(cls, *args, **kwargs):
@@ -165,8 +172,9 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     :class:`LoadguardError`, naming the registered workarounds that fix it (other than those in ``active_workarounds``).
     A model class whose own ``from_pretrained`` delegates to transformers' sees the return value it expects."""
 
-
-    kwargs.pop("output_loading_info", None)  # asked for on the base call; the caller gets the model (its info kept on it)
+    kwargs.pop(
+        "output_loading_info", None
+    )  # asked for on the base call; the caller gets the model (its info kept on it)
     try:
         with collected() as warned, through_the_base(BaseCall()) as base:
             result = cls.from_pretrained(str(path), **kwargs)
@@ -180,14 +188,19 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
     return model
 
 
-def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] = (), device_map: Any = None) -> LoadguardError:
+def translate(
+    error: Exception, path: Any, active_workarounds: tuple[str, ...] = (), device_map: Any = None
+) -> LoadguardError:
     """Say what a failed ``from_pretrained`` (or construction) means and what to do about it."""
     import transformers
 
-
     text = str(error).split("\n")[0]
     if device_map is not None and "is on the meta device, we need a `value` to put in on" in text:
-        layout = device_map if isinstance(device_map, str) else ", ".join(f"{k or '(root)'}: {v}" for k, v in device_map.items())
+        layout = (
+            device_map
+            if isinstance(device_map, str)
+            else ", ".join(f"{k or '(root)'}: {v}" for k, v in device_map.items())
+        )
         return LoadguardError(
             f"transformers {transformers.__version__} cannot load {path} with this device_map ({layout}): a limitation of "
             f"its dispatch, not of the model ({text})",
@@ -208,32 +221,52 @@ def translate(error: Exception, path: Any, active_workarounds: tuple[str, ...] =
             f"pip install {backend.group(1)}; or predict the load without it: loadguard scan (no weight is read, no backend needed)",
         )
     if isinstance(error, ValueError) and 'attn_implementation="eager"' in str(error):  # transformers' own refusal
-        return EagerAttentionNeededError(f"transformers {transformers.__version__} refuses the attention kernel asked for {path} ({text})")
+        return EagerAttentionNeededError(
+            f"transformers {transformers.__version__} refuses the attention kernel asked for {path} ({text})"
+        )
     frame = _remote_code_frame(error)
     matched = [w.name for w in registry.matching(error)]
     if frame is not None or matched:
-        where = f"in {frame[0]}, line {frame[1]}" if frame is not None else "(it was written for an older transformers)"
+        where = (
+            f"in {frame[0]}, line {frame[1]}" if frame is not None else "(it was written for an older transformers)"
+        )
         translated = RemoteCodeImportError(
             f"the model's own code failed {where}: {type(error).__name__}: {text}",
             "fix the model's code at that line, or pin the torch/transformers versions it was written for",
         )
         return name_workarounds(translated, matched, active_workarounds)
-    if "does not recognize this architecture" in text or "Unrecognized model" in text or "model type" in text and "not" in text:
+    if (
+        "does not recognize this architecture" in text
+        or "Unrecognized model" in text
+        or "model type" in text
+        and "not" in text
+    ):
         return ModelConfigError(
             f"the config in {path} names an architecture this transformers does not know ({text})",
             "upgrade transformers, or pass the model's remote code with --trust-remote-code",
         )
     if "trust_remote_code" in text:
-        return RemoteCodeNotTrustedError(f"{path} needs its own code to load and it was not trusted", "pass --trust-remote-code if you trust it")
-    if isinstance(error, OSError) and ("offline" in text.lower() or "connect" in text.lower() or "couldn't" in text.lower()):
-
+        return RemoteCodeNotTrustedError(
+            f"{path} needs its own code to load and it was not trusted", "pass --trust-remote-code if you trust it"
+        )
+    if isinstance(error, OSError) and (
+        "offline" in text.lower() or "connect" in text.lower() or "couldn't" in text.lower()
+    ):
         return failure(path, error, hub_offline())
     if isinstance(error, OSError) and "is not a local folder and is not a valid model identifier" in text:
-        return ModelNotFoundError(f"{path} is neither a local folder nor a model on the Hugging Face Hub ({text})",
-                                  "check the path or the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN")
+        return ModelNotFoundError(
+            f"{path} is neither a local folder nor a model on the Hugging Face Hub ({text})",
+            "check the path or the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN",
+        )
     if "safetensors" in text.lower() or "header" in text.lower() or "deserializ" in text.lower():
-        return LoadguardError(f"the weights in {path} cannot be read ({text})", "the checkpoint is corrupt or truncated: download or save it again")
-    return LoadguardError(f"from_pretrained failed on {path}: {type(error).__name__}: {text}", "set LOADGUARD_DEBUG=1 to see the traceback")
+        return LoadguardError(
+            f"the weights in {path} cannot be read ({text})",
+            "the checkpoint is corrupt or truncated: download or save it again",
+        )
+    return LoadguardError(
+        f"from_pretrained failed on {path}: {type(error).__name__}: {text}",
+        "set LOADGUARD_DEBUG=1 to see the traceback",
+    )
 
 
 def name_workarounds(error: LoadguardError, matched: list[str], active: tuple[str, ...] = ()) -> LoadguardError:

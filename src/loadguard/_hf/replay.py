@@ -70,7 +70,15 @@ def _held_back(model: nn.Module, watched_names: Iterable[str], record: InitWrite
     for prefix, module in model.named_modules(remove_duplicate=False):
         prefixes.setdefault(id(module), (prefix, module))
     saved_attributes = [
-        (prefix, m, dict(vars(m)), dict(m._parameters), dict(m._buffers), dict(m._modules), set(getattr(m, "_non_persistent_buffers_set", ())))
+        (
+            prefix,
+            m,
+            dict(vars(m)),
+            dict(m._parameters),
+            dict(m._buffers),
+            dict(m._modules),
+            set(getattr(m, "_non_persistent_buffers_set", ())),
+        )
         for prefix, m in prefixes.values()
     ]
     saved_data = [(name, t, t.data, storage_of(t)) for name, t in tensors]
@@ -95,7 +103,11 @@ def _held_back(model: nn.Module, watched_names: Iterable[str], record: InitWrite
                         replaced.add(full)
             vars(module).clear()
             vars(module).update(attributes)
-            for table, before in ((module._parameters, parameters), (module._buffers, buffers), (module._modules, children)):
+            for table, before in (
+                (module._parameters, parameters),
+                (module._buffers, buffers),
+                (module._modules, children),
+            ):
                 table.clear()
                 table.update(before)
             if hasattr(module, "_non_persistent_buffers_set"):
@@ -180,7 +192,13 @@ def initialization(model: nn.Module, names: Iterable[str]) -> Replay:
         error = str(failure)
     except Exception as failure:  # the model's own code: whatever it raises, the replay is incomplete and says so
         error = f"{type(failure).__name__}: {failure}"
-    return Replay({name: record.where.get(name, "") for name in record.writes}, frozenset(replaced), tuple(ran), error, frozenset(names))
+    return Replay(
+        {name: record.where.get(name, "") for name in record.writes},
+        frozenset(replaced),
+        tuple(ran),
+        error,
+        frozenset(names),
+    )
 
 
 def _defines(module: nn.Module, name: str) -> bool:

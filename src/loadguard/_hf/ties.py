@@ -96,7 +96,14 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
         output = module.get_output_embeddings()
     except Exception:  # the model's own code
         output = None
-    output_name = next((f"{dot}{name}.weight" if name else f"{dot}weight" for name, m in module.named_modules() if output is not None and m is output), None)
+    output_name = next(
+        (
+            f"{dot}{name}.weight" if name else f"{dot}weight"
+            for name, m in module.named_modules()
+            if output is not None and m is output
+        ),
+        None,
+    )
     replayed = v4_ties(module)
     out = []
     for target in listed:
@@ -126,7 +133,9 @@ def left_out_by_save(model: nn.Module) -> set[str]:
     patterns: list[str] = []
     for prefix, module in model.named_modules():
         listed = vars(type(module)).get("_tied_weights_keys", getattr(module, "_tied_weights_keys", None))
-        names = list(listed) if isinstance(listed, (list, tuple, dict)) else []  # a 5.x mapping: its keys are the targets
+        names = (
+            list(listed) if isinstance(listed, (list, tuple, dict)) else []
+        )  # a 5.x mapping: its keys are the targets
         patterns += [f"{re.escape(prefix)}\\.{name}" if prefix else name for name in names if isinstance(name, str)]
     groups: dict[int, list[str]] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():

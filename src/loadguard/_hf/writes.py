@@ -44,7 +44,6 @@ class InitWrites:
 def _model_code_line() -> str:
     """The innermost frame of model code (a transformers model module, or remote code) on the current stack."""
 
-
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -62,7 +61,9 @@ class WriteRecorder(TorchDispatchMode):
     """Records in-place writes (and ``out=`` writes) to watched storages. ``held``: storages whose writes are recorded
     and not carried out (a replay of model code on a live model: the op returns the tensor it would have written)."""
 
-    def __init__(self, watched: dict[int, list[str]], record: InitWrites, held: frozenset[int] | set[int] = frozenset()):
+    def __init__(
+        self, watched: dict[int, list[str]], record: InitWrites, held: frozenset[int] | set[int] = frozenset()
+    ):
         super().__init__()
         self.watched, self.record, self.held = watched, record, held
 
@@ -84,9 +85,16 @@ class WriteRecorder(TorchDispatchMode):
         returns = func._schema.returns
         if not returns:
             return None
-        if len(returns) == 1 and len(kept) == 1 and returns[0].alias_info is not None and returns[0].alias_info.is_write:
+        if (
+            len(returns) == 1
+            and len(kept) == 1
+            and returns[0].alias_info is not None
+            and returns[0].alias_info.is_write
+        ):
             return kept[0]  # an in-place op returns the tensor it wrote: as if done, nothing changed
-        raise CannotHoldBack(f"{func._schema.name} writes into the model's tensors and returns more than the tensor it writes")
+        raise CannotHoldBack(
+            f"{func._schema.name} writes into the model's tensors and returns more than the tensor it writes"
+        )
 
 
 __all__ = ["CannotHoldBack", "InitWrites"]

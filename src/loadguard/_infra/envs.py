@@ -53,7 +53,13 @@ class Environment:
         return self.folder / "bin" / "python"
 
     def to_dict(self) -> dict:
-        return {"transformers": self.version, "ok": self.ok, "reason": self.reason or None, "created": self.created, "seconds": round(self.seconds, 2)}
+        return {
+            "transformers": self.version,
+            "ok": self.ok,
+            "reason": self.reason or None,
+            "created": self.created,
+            "seconds": round(self.seconds, 2),
+        }
 
 
 def uv_binary() -> str:
@@ -66,12 +72,14 @@ def uv_binary() -> str:
         found = shutil.which("uv")
         if found:
             return found
-    raise LoadguardError("loadguard matrix creates its environments with uv, which is not installed here", "pip install 'loadguard[matrix]' (or pip install uv)")
+    raise LoadguardError(
+        "loadguard matrix creates its environments with uv, which is not installed here",
+        "pip install 'loadguard[matrix]' (or pip install uv)",
+    )
 
 
 def _closure(root: str) -> list:
     """The installed distributions ``root`` needs (itself included, extras left out), as importlib.metadata has them."""
-
 
     seen: dict[str, importlib.metadata.Distribution] = {}
     queue = [root]
@@ -120,11 +128,12 @@ def _link_shared(target: Path) -> None:
 def _runtime_requirements() -> list[str]:
     """loadguard's own requirements but torch and transformers (uv installs them for the environment's transformers)."""
 
-
     out = []
     for text in importlib.metadata.requires("loadguard") or ():
         requirement = Requirement(text)
-        if requirement.name.lower() in ("torch", "transformers") or (requirement.marker is not None and not requirement.marker.evaluate({"extra": ""})):
+        if requirement.name.lower() in ("torch", "transformers") or (
+            requirement.marker is not None and not requirement.marker.evaluate({"extra": ""})
+        ):
             continue
         out.append(str(requirement))
     return out
@@ -156,7 +165,9 @@ def release(version: str) -> str:
     try:
         parsed = Version(str(version).strip())
     except InvalidVersion:
-        raise InvalidOptionError(f"{version!r} is not a transformers version", "e.g. 5.24.0, or a specifier such as '>=5,<5.25'") from None
+        raise InvalidOptionError(
+            f"{version!r} is not a transformers version", "e.g. 5.24.0, or a specifier such as '>=5,<5.25'"
+        ) from None
     return str(parsed)
 
 
@@ -169,7 +180,9 @@ def _folder(version: str, recipe: dict) -> Path:
     tag = f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__.replace('+', '-')}"
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     root = cache_root() / "envs"
-    return inside(root, root / tag / f"transformers-{release(version)}-{digest}", f"the environment for transformers {version!r}")
+    return inside(
+        root, root / tag / f"transformers-{release(version)}-{digest}", f"the environment for transformers {version!r}"
+    )
 
 
 def environment(version: str, *, rebuild: bool = False) -> Environment:
@@ -207,8 +220,19 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
     steps = [
         [uv, "venv", str(building), "--python", sys.executable, "--quiet", "--relocatable"],
         # bytecode compiled at install: cells start without compiling transformers (PYTHONDONTWRITEBYTECODE may be set)
-        [uv, "pip", "install", "--python", str(building / "bin" / "python"), "--quiet", "--compile-bytecode", "--override", str(override),
-         f"transformers=={version}", *recipe["requirements"]],
+        [
+            uv,
+            "pip",
+            "install",
+            "--python",
+            str(building / "bin" / "python"),
+            "--quiet",
+            "--compile-bytecode",
+            "--override",
+            str(override),
+            f"transformers=={version}",
+            *recipe["requirements"],
+        ],
     ]
     try:
         for command in steps:
@@ -218,25 +242,41 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
                 break
         if not reason:
             site = subprocess.run(
-                [str(building / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, **procs.subprocess_options()
+                [str(building / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                capture_output=True,
+                text=True,
+                **procs.subprocess_options(),
             ).stdout.strip()
             _link_shared(building / "shared-torch")
-            Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(folder)) + "\n")  # the final place
-        remove_tree(root, folder, "an environment folder")  # a broken or rebuilt one of this very recipe, under its lock
+            Path(site, "zz_loadguard_shared.pth").write_text(
+                "\n".join(_shared_paths(folder)) + "\n"
+            )  # the final place
+        remove_tree(
+            root, folder, "an environment folder"
+        )  # a broken or rebuilt one of this very recipe, under its lock
         building.rename(folder)
     finally:
         remove_tree(root, building, "an environment being built")
     if not reason:
         probe = subprocess.run(
-            [str(folder / "bin" / "python"), "-c", "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)"],
-            capture_output=True, text=True, timeout=300, **procs.subprocess_options(),
+            [
+                str(folder / "bin" / "python"),
+                "-c",
+                "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **procs.subprocess_options(),
         )
         if probe.returncode != 0:
             reason = f"installed, but does not import: {_last_line(probe.stderr)}"
         elif probe.stdout.strip() != version:
             reason = f"the environment imports transformers {probe.stdout.strip()}, not {version}"
     seconds = time.perf_counter() - start
-    write_atomically(stamp, json.dumps({"recipe_data": recipe, "ok": not reason, "reason": reason, "seconds": seconds}, indent=2))
+    write_atomically(
+        stamp, json.dumps({"recipe_data": recipe, "ok": not reason, "reason": reason, "seconds": seconds}, indent=2)
+    )
     return Environment(version, folder, not reason, reason, created=True, seconds=seconds)
 
 
@@ -252,7 +292,9 @@ def released_versions(spec: str, max_versions: int | None = None) -> list[str]:
     try:
         wanted = SpecifierSet(spec)
     except InvalidSpecifier:
-        raise InvalidOptionError(f"{spec!r} is neither a version nor a version specifier", "e.g. 5.24.0 or '>=5,<5.25'") from None
+        raise InvalidOptionError(
+            f"{spec!r} is neither a version nor a version specifier", "e.g. 5.24.0 or '>=5,<5.25'"
+        ) from None
     offered = []
     for text in _index_versions():
         try:
@@ -273,7 +315,13 @@ def released_versions(spec: str, max_versions: int | None = None) -> list[str]:
 
 def _index_versions() -> list[str]:
     """Every version of transformers the index lists (``pip index versions``: the index pip is configured with)."""
-    result = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True, timeout=120, **procs.subprocess_options())
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "transformers"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **procs.subprocess_options(),
+    )
     for line in result.stdout.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
@@ -295,8 +343,13 @@ class Worker:
         # folder at once (--jobs) raced on one copy (FileNotFoundError on 5.8): each environment gets its own
         child_env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules")}
         self.process = subprocess.Popen(
-            [str(environment.python), "-m", "loadguard.cli._cells"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            env=child_env, **procs.subprocess_options(),  # the worker (and the cells it forks) end with this process
+            [str(environment.python), "-m", "loadguard.cli._cells"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=child_env,
+            **procs.subprocess_options(),  # the worker (and the cells it forks) end with this process
         )
         ready = self.process.stdout.readline()
         self.versions = {"transformers": "", "torch": ""}

@@ -60,7 +60,9 @@ def _child(function: Callable[[Any], Any], item: Any, write: int, lifeline: tupl
         procs.adopt_orphans()
         procs.reset_signals()
         torch = sys.modules.get("torch")
-        if torch is not None:  # the parent's OpenMP thread team does not survive a fork: one thread, no team to wait on
+        if (
+            torch is not None
+        ):  # the parent's OpenMP thread team does not survive a fork: one thread, no team to wait on
             torch.set_num_threads(1)
         try:
             result = (True, function(item))
@@ -267,11 +269,17 @@ def run(
         procs.kill_group(child.pid)
         payload = child.payload()
         if payload is None:
-            outcomes[child.index] = Outcome(False, error=_describe_exit(status), seconds=seconds, left_behind=int(stray))
+            outcomes[child.index] = Outcome(
+                False, error=_describe_exit(status), seconds=seconds, left_behind=int(stray)
+            )
             return
         ok, value, left = pickle.loads(payload)
         left = max(left, int(stray))
-        outcomes[child.index] = Outcome(True, value, seconds=seconds, left_behind=left) if ok else Outcome(False, error=value, seconds=seconds, left_behind=left)
+        outcomes[child.index] = (
+            Outcome(True, value, seconds=seconds, left_behind=left)
+            if ok
+            else Outcome(False, error=value, seconds=seconds, left_behind=left)
+        )
 
     try:
         while pending or running:
@@ -314,8 +322,13 @@ def run(
                 elif watch_memory:
                     grown = (grown_by(child.pid) or 0) - baseline
                     if grown > memory_limit:
-                        kill(fd, "memory", f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
-                                 f"limit {size_text(memory_limit)} (killed)", now)
+                        kill(
+                            fd,
+                            "memory",
+                            f"went over the memory limit: {size_text(grown)} beyond the process it was forked from, "
+                            f"limit {size_text(memory_limit)} (killed)",
+                            now,
+                        )
     finally:
         for fd, child in list(running.items()):  # interrupted: leave no child, and nothing a child started, behind
             procs.kill_tree(child.pid)

@@ -18,7 +18,9 @@ def inside(root: Path, path: Path, what: str, root_itself: bool = False) -> Path
     :class:`InvalidOptionError` otherwise."""
     root_resolved, resolved = Path(root).resolve(), Path(path).resolve()
     if not (root_itself and resolved == root_resolved) and root_resolved not in resolved.parents:
-        raise InvalidOptionError(f"{what} resolves to {resolved}, outside {root_resolved}: refused", "pass a plain name or version")
+        raise InvalidOptionError(
+            f"{what} resolves to {resolved}, outside {root_resolved}: refused", "pass a plain name or version"
+        )
     return resolved
 
 
@@ -33,7 +35,9 @@ def leaving(folder: Path, path: Path) -> Path | None:
     """Where ``path`` (a file of the model's ``folder``, or a folder below it) really is, when it is a link that leads
     out of the model's folder (a Hub snapshot's blobs stay in it); None for a plain file or a link that stays."""
     path = Path(path)
-    if not any(part.is_symlink() for part in (path, *path.parents) if part == Path(folder) or Path(folder) in part.parents):
+    if not any(
+        part.is_symlink() for part in (path, *path.parents) if part == Path(folder) or Path(folder) in part.parents
+    ):
         return None
     target = path.resolve()
     return None if any(root == target or root in target.parents for root in roots(folder)) else target

@@ -219,6 +219,18 @@ def reset_signals() -> None:
 
 
 __all__ = [
-    "Terminated", "adopt_orphans", "children", "descendants", "die_with_parent", "group_alive", "kill_group", "kill_tree", "lead_group",
-    "reset_signals", "signals_raise", "subprocess_options", "sweep", "watch_lifeline",
+    "Terminated",
+    "adopt_orphans",
+    "children",
+    "descendants",
+    "die_with_parent",
+    "group_alive",
+    "kill_group",
+    "kill_tree",
+    "lead_group",
+    "reset_signals",
+    "signals_raise",
+    "subprocess_options",
+    "sweep",
+    "watch_lifeline",
 ]

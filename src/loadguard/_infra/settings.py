@@ -33,12 +33,19 @@ KEYS: dict[str, tuple[type, Any, str]] = {
     "jobs": (int, 1, "--jobs of scan and matrix"),
     "color": (str, "auto", "--color: auto, always or never"),
     "plugin": (str, "off", "the pytest plugin's mode when --loadguard is not given: off, warn, fail or repair"),
-    "poison": (bool, None, "the pytest plugin's loads under loadguard.poison(): true (also with plugin off), false; unset: every audited load"),
+    "poison": (
+        bool,
+        None,
+        "the pytest plugin's loads under loadguard.poison(): true (also with plugin off), false; unset: every audited load",
+    ),
 }
 MAX_JOBS = 256  # as --jobs takes
 EXAMPLES = {"timeout": 600.0, "memory-limit": "8GB", "baseline": "loadguard-baseline.json", "workarounds": ["auto"]}
-CHOICES = {"color": ("auto", "always", "never"), "plugin": ("off", "warn", "fail", "repair"),
-           "format": ("table", "human", "json", "markdown", "sarif", "github", "junit")}
+CHOICES = {
+    "color": ("auto", "always", "never"),
+    "plugin": ("off", "warn", "fail", "repair"),
+    "format": ("table", "human", "json", "markdown", "sarif", "github", "junit"),
+}
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,19 @@ def _read(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise InvalidOptionError(f"{path} cannot be read ({getattr(error, 'strerror', None) or type(error).__name__})",
-                                 "fix the file, or run from a directory without it") from None
+        raise InvalidOptionError(
+            f"{path} cannot be read ({getattr(error, 'strerror', None) or type(error).__name__})",
+            "fix the file, or run from a directory without it",
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         if "loadguard" not in text:  # not ours to judge: a broken file that sets nothing for loadguard
             return {}
-        raise InvalidOptionError(f"{path} is not valid TOML ({error}), so its [tool.loadguard] table cannot be read",
-                                 "fix the file at that line, or remove the table") from None
+        raise InvalidOptionError(
+            f"{path} is not valid TOML ({error}), so its [tool.loadguard] table cannot be read",
+            "fix the file at that line, or remove the table",
+        ) from None
 
 
 def find(start: str | Path | None = None) -> Path | None:
@@ -115,7 +126,7 @@ def _check(key: str, value: Any) -> str | None:
     elif not isinstance(value, kind):
         return f"is not a {'string' if kind is str else 'true/false' if kind is bool else kind.__name__}"
     if key == "memory-limit" and str(value).strip().lower() not in ("auto", "none") and parse_size(str(value)) is None:
-        return "is not a size (e.g. \"8GB\", \"2G\", \"2GiB\", \"2048M\", \"auto\", \"none\")"
+        return 'is not a size (e.g. "8GB", "2G", "2GiB", "2048M", "auto", "none")'
     if key == "baseline" and not value.strip():
         return "is empty (a file name)"
     if key in CHOICES and value not in CHOICES[key]:
@@ -132,11 +143,17 @@ def load(start: str | Path | None = None) -> Settings:
     tool = _read(path).get("tool")
     table = tool.get("loadguard") if isinstance(tool, dict) else None
     if not isinstance(table, dict):
-        raise InvalidOptionError(f"{path}: tool.loadguard is a {type(table).__name__}, not a table", "write it as a [tool.loadguard] table of settings")
+        raise InvalidOptionError(
+            f"{path}: tool.loadguard is a {type(table).__name__}, not a table",
+            "write it as a [tool.loadguard] table of settings",
+        )
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
-            raise InvalidOptionError(f"{path} [tool.loadguard]: unknown key {key!r}", f"known keys: {', '.join(KEYS)} (`loadguard config` lists them)")
+            raise InvalidOptionError(
+                f"{path} [tool.loadguard]: unknown key {key!r}",
+                f"known keys: {', '.join(KEYS)} (`loadguard config` lists them)",
+            )
         if KEYS[key][0] is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if key == "memory-limit" and isinstance(value, int) and not isinstance(value, bool):
@@ -144,17 +161,28 @@ def load(start: str | Path | None = None) -> Settings:
         wrong = _check(key, value)
         if wrong:
             example = KEYS[key][1] if KEYS[key][1] not in (None, []) else EXAMPLES.get(key)
-            raise InvalidOptionError(f"{path} [tool.loadguard]: {key} = {value!r} {wrong}",
-                                     f"e.g. {key} = {example!r}" if example is not None else "see `loadguard config`")
+            raise InvalidOptionError(
+                f"{path} [tool.loadguard]: {key} = {value!r} {wrong}",
+                f"e.g. {key} = {example!r}" if example is not None else "see `loadguard config`",
+            )
         values[key] = value
     return Settings(values, path)
 
 
 # what each key is called among a command's click parameters
-PARAMETERS = {"format": "fmt", "workarounds": "workarounds", "baseline": "baseline_file", "timeout": "timeout", "memory-limit": "memory", "jobs": "jobs"}
+PARAMETERS = {
+    "format": "fmt",
+    "workarounds": "workarounds",
+    "baseline": "baseline_file",
+    "timeout": "timeout",
+    "memory-limit": "memory",
+    "jobs": "jobs",
+}
 
 
-def default_map(settings: Settings, commands: dict[str, set[str]], formats: dict[str, tuple[str, ...]]) -> dict[str, dict[str, Any]]:
+def default_map(
+    settings: Settings, commands: dict[str, set[str]], formats: dict[str, tuple[str, ...]]
+) -> dict[str, dict[str, Any]]:
     """click's ``default_map``: for each command (name -> its parameter names), the values the table sets for it; a
     format the command does not have is left to its own default."""
     out: dict[str, dict[str, Any]] = {}

@@ -27,7 +27,10 @@ def visible(text: object, keep: str = "") -> str:
             out.append(char)
         elif unicodedata.category(char) == "Cc" or char in ("\u2028", "\u2029"):
             out.append(_NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"))
-        elif 0xD800 <= ord(char) <= 0xDFFF or char in ("\ufffe", "\uffff"):  # not text (a lone surrogate, a non-character)
+        elif 0xD800 <= ord(char) <= 0xDFFF or char in (
+            "\ufffe",
+            "\uffff",
+        ):  # not text (a lone surrogate, a non-character)
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)

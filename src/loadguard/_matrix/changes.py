@@ -36,8 +36,15 @@ class VerdictChange:
         return self.change in ("new failure", "changed finding", "newly broken")
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "before": self.before, "after": self.after, "change": self.change, "worse": self.worse,
-                "added": list(self.added), "removed": list(self.removed)}
+        return {
+            "model": self.model,
+            "before": self.before,
+            "after": self.after,
+            "change": self.change,
+            "worse": self.worse,
+            "added": list(self.added),
+            "removed": list(self.removed),
+        }
 
 
 def diff(result: Matrix, before: str, after: str) -> tuple[VerdictChange, ...]:
@@ -51,7 +58,13 @@ def diff(result: Matrix, before: str, after: str) -> tuple[VerdictChange, ...]:
         if CellStatus.UNAVAILABLE in (a.status, b.status):
             change = "not compared"
         elif a.status == CellStatus.ERROR or b.status == CellStatus.ERROR:
-            change = "unchanged" if a.status == b.status == CellStatus.ERROR else "newly broken" if b.status == CellStatus.ERROR else "now checkable"
+            change = (
+                "unchanged"
+                if a.status == b.status == CellStatus.ERROR
+                else "newly broken"
+                if b.status == CellStatus.ERROR
+                else "now checkable"
+            )
         elif tensors_a == tensors_b:
             change = "unchanged"
         elif not tensors_b:
@@ -60,7 +73,16 @@ def diff(result: Matrix, before: str, after: str) -> tuple[VerdictChange, ...]:
             change = "new failure"
         else:
             change = "changed finding"
-        out.append(VerdictChange(model, a.verdict(), b.verdict(), change, tuple(sorted(tensors_b - tensors_a)), tuple(sorted(tensors_a - tensors_b))))
+        out.append(
+            VerdictChange(
+                model,
+                a.verdict(),
+                b.verdict(),
+                change,
+                tuple(sorted(tensors_b - tensors_a)),
+                tuple(sorted(tensors_a - tensors_b)),
+            )
+        )
     return tuple(out)
 
 

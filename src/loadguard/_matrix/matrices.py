@@ -65,14 +65,27 @@ class Cell:
             return "unknown"
         for outcome in self.report.get("workarounds", []):
             if outcome["name"] == name:
-                return {WorkaroundStatus.APPLIED: WorkaroundStatus.NEEDED, WorkaroundStatus.NEEDED: WorkaroundStatus.NEEDED, WorkaroundStatus.STALE: WorkaroundStatus.STALE, WorkaroundStatus.NOT_APPLICABLE: "not applicable"}.get(outcome["status"], outcome["status"])
+                return {
+                    WorkaroundStatus.APPLIED: WorkaroundStatus.NEEDED,
+                    WorkaroundStatus.NEEDED: WorkaroundStatus.NEEDED,
+                    WorkaroundStatus.STALE: WorkaroundStatus.STALE,
+                    WorkaroundStatus.NOT_APPLICABLE: "not applicable",
+                }.get(outcome["status"], outcome["status"])
         return "not applicable"
 
     @classmethod
     def from_dict(cls, data: dict) -> Cell:
         """The cell :meth:`to_dict` wrote (``verdict`` is recomputed, not read)."""
-        return cls(data["model"], data["transformers"], CellStatus(data["status"]), data.get("report"), data.get("error") or "", data.get("hint") or "",
-                   data.get("seconds", 0.0), data.get("ran_with") or {})
+        return cls(
+            data["model"],
+            data["transformers"],
+            CellStatus(data["status"]),
+            data.get("report"),
+            data.get("error") or "",
+            data.get("hint") or "",
+            data.get("seconds", 0.0),
+            data.get("ran_with") or {},
+        )
 
     @classmethod
     def valid(cls, data: dict) -> bool:
@@ -82,8 +95,13 @@ class Cell:
             cell.to_dict()
         except Exception:
             return False
-        known = cell.status in (CellStatus.CLEAN, CellStatus.FINDINGS, CellStatus.ERROR, CellStatus.UNAVAILABLE) and (cell.status in (CellStatus.ERROR, CellStatus.UNAVAILABLE) or isinstance(cell.report, dict))
-        return known and all(isinstance(v, t) for v, t in ((cell.error, str), (cell.hint, str), (cell.seconds, (int, float)), (cell.ran_with, dict)))
+        known = cell.status in (CellStatus.CLEAN, CellStatus.FINDINGS, CellStatus.ERROR, CellStatus.UNAVAILABLE) and (
+            cell.status in (CellStatus.ERROR, CellStatus.UNAVAILABLE) or isinstance(cell.report, dict)
+        )
+        return known and all(
+            isinstance(v, t)
+            for v, t in ((cell.error, str), (cell.hint, str), (cell.seconds, (int, float)), (cell.ran_with, dict))
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -117,7 +135,11 @@ class Matrix:
 
     def workaround_rows(self) -> list[tuple[str, str, dict[str, str]]]:
         """(model, workaround, {version: needed/stale/not applicable/unknown}) for every named workaround."""
-        return [(m, w, {v: self.cell(m, v).workaround(w) for v in self.versions}) for m in self.models for w in self.workarounds]
+        return [
+            (m, w, {v: self.cell(m, v).workaround(w) for v in self.versions})
+            for m in self.models
+            for w in self.workarounds
+        ]
 
     def to_dict(self) -> dict:
         return {
@@ -126,12 +148,20 @@ class Matrix:
             "transformers": list(self.versions),
             "environments": [{**e.to_dict(), "selfcheck": self.selfchecks.get(e.version)} for e in self.environments],
             "cells": [c.to_dict() for c in self.cells],
-            "workarounds": [{"model": m, "workaround": w, "transformers": row} for m, w, row in self.workaround_rows()],
+            "workarounds": [
+                {"model": m, "workaround": w, "transformers": row} for m, w, row in self.workaround_rows()
+            ],
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
         }
 
 
-def cell_options(trust_remote_code: bool, workarounds: Sequence[str], workaround_files: Sequence[str], auto_class: str | None, keys: str) -> list[str]:
+def cell_options(
+    trust_remote_code: bool,
+    workarounds: Sequence[str],
+    workaround_files: Sequence[str],
+    auto_class: str | None,
+    keys: str,
+) -> list[str]:
     args = ["--trust-remote-code"] if trust_remote_code else []
     args += [f"--workaround={w}" for w in workarounds] + [f"--workarounds-from={f}" for f in workaround_files]
     if auto_class:
@@ -167,8 +197,11 @@ def _cell(model: str, version: str, full: bool, result: dict, seconds: float) ->
         clean = not failing(document["findings"])
         return Cell(model, version, CellStatus.CLEAN if clean else CellStatus.FINDINGS, document, seconds=seconds)
     lines = [line for line in result["stderr"].splitlines() if line.strip()]
-    error = next((line[len("Error: "):] for line in lines if line.startswith("Error: ")), lines[-1] if lines else f"exit {result['returncode']}")
-    hint = next((line[len("Hint: "):] for line in lines if line.startswith("Hint: ")), "")
+    error = next(
+        (line[len("Error: ") :] for line in lines if line.startswith("Error: ")),
+        lines[-1] if lines else f"exit {result['returncode']}",
+    )
+    hint = next((line[len("Hint: ") :] for line in lines if line.startswith("Hint: ")), "")
     return Cell(model, version, CellStatus.ERROR, None, error, hint, seconds)
 
 
@@ -184,15 +217,26 @@ def environment_selfcheck(worker: envs.Worker) -> dict:
     return {"ok": document["ok"], "seconds": document["seconds"], "cached": document["cached"], "differing": differing}
 
 
-def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], full: bool, checks: dict | None = None, limits: dict | None = None) -> list[Cell]:
+def _run_in(
+    environment: envs.Environment,
+    cells: list[tuple[str, list[str]]],
+    full: bool,
+    checks: dict | None = None,
+    limits: dict | None = None,
+) -> list[Cell]:
     """Cells ``(model, options)`` of one environment, through one worker; in scan mode the scan's self-check runs
     there first (into ``checks``), and a failed one is every cell's error (the scans refuse there)."""
     if not environment.ok:
-        return [Cell(model, environment.version, CellStatus.UNAVAILABLE, error=environment.reason) for model, _ in cells]
+        return [
+            Cell(model, environment.version, CellStatus.UNAVAILABLE, error=environment.reason) for model, _ in cells
+        ]
     try:
         worker = envs.Worker(environment)
     except RuntimeError as error:
-        return [Cell(model, environment.version, CellStatus.UNAVAILABLE, error=f"the environment does not start: {error}") for model, _ in cells]
+        return [
+            Cell(model, environment.version, CellStatus.UNAVAILABLE, error=f"the environment does not start: {error}")
+            for model, _ in cells
+        ]
     out = []
     try:
         if not full:
@@ -202,7 +246,12 @@ def _run_in(environment: envs.Environment, cells: list[tuple[str, list[str]]], f
         for model, options in cells:
             start = time.perf_counter()
             result = worker.run(_arguments(model, full, options), limits)
-            out.append(dataclasses.replace(_cell(model, environment.version, full, result, time.perf_counter() - start), ran_with=worker.versions))
+            out.append(
+                dataclasses.replace(
+                    _cell(model, environment.version, full, result, time.perf_counter() - start),
+                    ran_with=worker.versions,
+                )
+            )
     finally:
         worker.close()
     return out
@@ -231,12 +280,26 @@ def matrix(
     each group of cells finishes. The :class:`Matrix` is what ``--format json`` prints (:meth:`Matrix.to_dict`)."""
 
     start = time.perf_counter()
-    per_model = {m: cell_options(trust_remote_code, applicable(m, workarounds, workaround_files), workaround_files, auto_class, "" if full else keys) for m in models}
+    per_model = {
+        m: cell_options(
+            trust_remote_code,
+            applicable(m, workarounds, workaround_files),
+            workaround_files,
+            auto_class,
+            "" if full else keys,
+        )
+        for m in models
+    }
     runner = resolve(executor)
     by_pair: dict = {(c.model, c.transformers): c for c in done if c.model in per_model and c.transformers in versions}
     todo = {v: [m for m in models if (m, v) not in by_pair] for v in versions}
     slots = max(1, runner.slots(jobs) // max(1, sum(1 for v in versions if todo[v])))
-    items = [(v, [(m, per_model[m]) for m in chunk], full, limits) for v in versions if todo[v] for chunk in split(todo[v], slots)]
+    items = [
+        (v, [(m, per_model[m]) for m in chunk], full, limits)
+        for v in versions
+        if todo[v]
+        for chunk in split(todo[v], slots)
+    ]
 
     def finished(index: int, outcome) -> None:
         if on_cells is not None and outcome.ok:
@@ -259,7 +322,12 @@ def matrix(
     elapsed = time.perf_counter() - start
     built = sum(e.seconds for e in environments.values() if e.created)
     return Matrix(
-        tuple(models), tuple(versions), tuple(cells), tuple(environments[v] for v in versions if v in environments), names, "audit" if full else "scan",
+        tuple(models),
+        tuple(versions),
+        tuple(cells),
+        tuple(environments[v] for v in versions if v in environments),
+        names,
+        "audit" if full else "scan",
         {"environments": built, "cells": elapsed, "per_cell": elapsed / max(1, len(cells))},
         {v: checks[v] for v in versions if v in checks},
     )
@@ -272,6 +340,7 @@ def _environment_cells(item) -> tuple[envs.Environment, list[Cell], dict | None]
     environment = envs.environment(version)
     checks: dict = {}
     return environment, _run_in(environment, cells, full, checks, limits), checks.get(version)
+
 
 run = matrix
 """The name :func:`matrix` had before ``loadguard.matrix(...)`` was callable."""
@@ -290,8 +359,16 @@ class Bisection:
     @classmethod
     def from_dict(cls, data: dict) -> Cell:
         """The cell :meth:`to_dict` wrote (``verdict`` is recomputed, not read)."""
-        return cls(data["model"], data["transformers"], data["status"], data.get("report"), data.get("error") or "", data.get("hint") or "",
-                   data.get("seconds", 0.0), data.get("ran_with") or {})
+        return cls(
+            data["model"],
+            data["transformers"],
+            data["status"],
+            data.get("report"),
+            data.get("error") or "",
+            data.get("hint") or "",
+            data.get("seconds", 0.0),
+            data.get("ran_with") or {},
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -304,16 +381,26 @@ class Bisection:
         }
 
 
-def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequence[str] = (), executor=None, limits: dict | None = None) -> Bisection:
+def bisect(
+    model: str,
+    low: str,
+    high: str,
+    *,
+    full: bool = False,
+    options: Sequence[str] = (),
+    executor=None,
+    limits: dict | None = None,
+) -> Bisection:
     """The first released version between ``low`` and ``high`` at which ``model``'s verdict changes, in
     about log2(n) cells (each version's environment built on demand, where ``executor`` runs the cell; ``limits`` for
     each, as :func:`matrix`'s)."""
 
-
     versions = envs.released_versions(f">={low},<={high}")
     if Version(low) not in map(Version, versions) or Version(high) not in map(Version, versions):
-
-        raise InvalidOptionError(f"{low} and {high} must both be released transformers versions", "run loadguard matrix without --bisect to see what installs")
+        raise InvalidOptionError(
+            f"{low} and {high} must both be released transformers versions",
+            "run loadguard matrix without --bisect to see what installs",
+        )
     versions = [v for v in versions if Version(low) <= Version(v) <= Version(high)]
     seen: dict[str, Cell] = {}
 
@@ -322,7 +409,11 @@ def bisect(model: str, low: str, high: str, *, full: bool = False, options: Sequ
     def cell(version: str) -> Cell:
         if version not in seen:
             outcome = runner.map(_environment_cells, [(version, [(model, list(options))], full, limits)])[0]
-            seen[version] = outcome.value[1][0] if outcome.ok else Cell(model, version, CellStatus.UNAVAILABLE, error=outcome.error)
+            seen[version] = (
+                outcome.value[1][0]
+                if outcome.ok
+                else Cell(model, version, CellStatus.UNAVAILABLE, error=outcome.error)
+            )
         return seen[version]
 
     candidates = len(versions)

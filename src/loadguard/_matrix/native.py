@@ -37,13 +37,20 @@ class NativeDiff:
 
     @property
     def changed(self) -> list[str]:
-        return sorted(label for label, row in self.verdicts.items() if len({row.get(v, "absent") for v in self.versions if v not in self.errors}) > 1)
+        return sorted(
+            label
+            for label, row in self.verdicts.items()
+            if len({row.get(v, "absent") for v in self.versions if v not in self.errors}) > 1
+        )
 
     def to_dict(self) -> dict:
         return {
             "transformers": list(self.versions),
             "classes": len(self.verdicts),
-            "changed": [{"class": label, "verdicts": {v: self.verdicts[label].get(v, "absent") for v in self.versions}} for label in self.changed],
+            "changed": [
+                {"class": label, "verdicts": {v: self.verdicts[label].get(v, "absent") for v in self.versions}}
+                for label in self.changed
+            ],
             "errors": self.errors,
             "selfchecks": self.selfchecks,
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
@@ -76,12 +83,31 @@ def _native_in(item) -> tuple[str | None, list[dict], float, dict | None]:
     return error, rows, time.perf_counter() - start, check
 
 
-def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None = None, jobs: int = 1, timeout: float = 300.0,
-        memory_limit: str = "auto", executor=None) -> NativeDiff:
+def run(
+    versions: Sequence[str],
+    *,
+    match: str | None = None,
+    tasks: str | None = None,
+    jobs: int = 1,
+    timeout: float = 300.0,
+    memory_limit: str = "auto",
+    executor=None,
+) -> NativeDiff:
     """Every auto-mapped class of each version, scanned there (a version an item of ``executor``, one at a time; its
     classes ``jobs`` at a time); the verdicts side by side."""
 
-    arguments = ["scan", "--native", "--format", "json", "--jobs", str(jobs), "--timeout", str(timeout), "--memory-limit", memory_limit]
+    arguments = [
+        "scan",
+        "--native",
+        "--format",
+        "json",
+        "--jobs",
+        str(jobs),
+        "--timeout",
+        str(timeout),
+        "--memory-limit",
+        memory_limit,
+    ]
     arguments += ["--match", match] if match else []
     arguments += ["--tasks", tasks] if tasks else []
     verdicts: dict[str, dict[str, str]] = {}
@@ -90,7 +116,9 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
     checks: dict[str, dict] = {}
     outcomes = resolve(executor).map(_native_in, [(version, arguments) for version in versions])
     for version, outcome in zip(versions, outcomes):
-        error, rows, took, check = outcome.value if outcome.ok else (f"its run did not finish: {outcome.error}", [], 0.0, None)
+        error, rows, took, check = (
+            outcome.value if outcome.ok else (f"its run did not finish: {outcome.error}", [], 0.0, None)
+        )
         if check is not None:
             checks[version] = check
         if error:
@@ -104,7 +132,10 @@ def run(versions: Sequence[str], *, match: str | None = None, tasks: str | None 
 
 def markdown(diff: NativeDiff) -> str:
 
-    lines = ["| class | " + " | ".join(f"transformers {v}" for v in diff.versions) + " |", "|---" * (len(diff.versions) + 1) + "|"]
+    lines = [
+        "| class | " + " | ".join(f"transformers {v}" for v in diff.versions) + " |",
+        "|---" * (len(diff.versions) + 1) + "|",
+    ]
     for label in diff.changed:
         cells = [cell(diff.verdicts[label].get(v, "absent")) for v in diff.versions]
         lines.append(f"| {cell(label)} | " + " | ".join(cells) + " |")

@@ -56,23 +56,39 @@ def scan_row(target: str, options: dict) -> dict:
     except LoadguardError as error:
         return _error_row(target, error)
     except Exception as error:  # a model's code failing in a way nothing translated: a row, not an abort
-        return {"model": target, "scanned": False, "error": f"unexpected {type(error).__name__}: {error}", "hint": "set LOADGUARD_DEBUG=1 and scan it alone", "fixes": [],
-                "error_kind": type(error).__name__}
+        return {
+            "model": target,
+            "scanned": False,
+            "error": f"unexpected {type(error).__name__}: {error}",
+            "hint": "set LOADGUARD_DEBUG=1 and scan it alone",
+            "fixes": [],
+            "error_kind": type(error).__name__,
+        }
     return {"model": target, "scanned": True, **report.to_dict()}
 
 
 def _error_row(target: str, error) -> dict:
     """The row of a model whose scan ended with a :class:`loadguard.LoadguardError`."""
 
-    return {"model": target, "scanned": False, "error": error.message, "hint": hint_for(error, "cli"), "fixes": list(error.fixes),
-            "error_kind": type(error).__name__}
+    return {
+        "model": target,
+        "scanned": False,
+        "error": error.message,
+        "hint": hint_for(error, "cli"),
+        "fixes": list(error.fixes),
+        "error_kind": type(error).__name__,
+    }
 
 
 def _answered_here(targets: list[str]) -> dict[int, dict]:
     """Rows that need no model code, answered in this process (a path that does not exist: one ``stat``, not a child)."""
     from .._files import missing
 
-    return {index: _error_row(target, error) for index, target in enumerate(targets) if (error := missing(target)) is not None}
+    return {
+        index: _error_row(target, error)
+        for index, target in enumerate(targets)
+        if (error := missing(target)) is not None
+    }
 
 
 def _scan_in_fresh_interpreter(target: str, options: dict) -> dict:
@@ -87,7 +103,9 @@ def _scan_in_child(item: tuple[str, dict]) -> dict:
 def _row(target: str, outcome, timeout: float | None) -> dict:
     """One model's row from its child's outcome: the scan's, or why the child did not finish."""
     row = _outcome_row(target, outcome, timeout)
-    if outcome.left_behind:  # the model's code started processes and left them running: they were killed, and the row says so
+    if (
+        outcome.left_behind
+    ):  # the model's code started processes and left them running: they were killed, and the row says so
         row = {**row, "left_behind": outcome.left_behind}
     return row
 
@@ -102,11 +120,20 @@ def _outcome_row(target: str, outcome, timeout: float | None) -> dict:
         hint, kind = OVER_MEMORY_HINT, "MemoryLimitExceeded"
     elif outcome.killed == "timeout":
         kind = "TimeoutExceeded"
-        hint = (f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
-                "lock, input) never finishes")
+        hint = (
+            f"raise --timeout (now {timeout:g} s) if the model is only slow; code that waits forever (a download, a "
+            "lock, input) never finishes"
+        )
     else:
         hint = "scan it alone with LOADGUARD_DEBUG=1 to see why"
-    return {"model": target, "scanned": False, "error": f"its scan did not finish: {outcome.error}", "hint": hint, "fixes": [], "error_kind": kind}
+    return {
+        "model": target,
+        "scanned": False,
+        "error": f"its scan did not finish: {outcome.error}",
+        "hint": hint,
+        "fixes": [],
+        "error_kind": kind,
+    }
 
 
 def _prepare() -> None:
@@ -123,7 +150,13 @@ def _prepare() -> None:
 
 
 def scan_fleet(
-    targets: list[str], options: dict, jobs: int, timeout: float | None = DEFAULT_TIMEOUT, limit: int | None = None, on_done=None, on_row=None,
+    targets: list[str],
+    options: dict,
+    jobs: int,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    limit: int | None = None,
+    on_done=None,
+    on_row=None,
     executor=None,
 ) -> list[dict]:
     """Each target in a child forked for it alone from a process that imports torch, transformers and loadguard once
@@ -154,9 +187,17 @@ def scan_fleet(
         report(index, row, forks.Outcome(True, row))
     todo = [index for index in range(len(targets)) if index not in rows]
     if todo:
-        resolve(executor).map(_scan_in_child, [(targets[index], options) for index in todo], jobs=jobs, timeout=timeout, memory_limit=limit,
-                              on_done=lambda position, outcome: report(todo[position], _row(targets[todo[position]], outcome, timeout), outcome),
-                              prepare=_prepare)
+        resolve(executor).map(
+            _scan_in_child,
+            [(targets[index], options) for index in todo],
+            jobs=jobs,
+            timeout=timeout,
+            memory_limit=limit,
+            on_done=lambda position, outcome: report(
+                todo[position], _row(targets[todo[position]], outcome, timeout), outcome
+            ),
+            prepare=_prepare,
+        )
     return [rows[index] for index in range(len(targets))]
 
 
@@ -190,10 +231,18 @@ def scan_many(
     (``row.error``, ``row.hint``). ``memory_limit``: bytes one model's scan may add (None: no limit). ``executor``:
     ``"local"`` (the default) or ``"ray[:ADDRESS]"`` (:func:`loadguard.executors.resolve`)."""
     options = {
-        "placement": dict(from_pretrained), "trust_remote_code": trust_remote_code, "auto_class": auto_class, "dtype": dtype,
-        "keys": keys, "workarounds": list(workarounds), "workaround_files": [],
+        "placement": dict(from_pretrained),
+        "trust_remote_code": trust_remote_code,
+        "auto_class": auto_class,
+        "dtype": dtype,
+        "keys": keys,
+        "workarounds": list(workarounds),
+        "workaround_files": [],
     }
-    return [Row.from_scan(row) for row in scan_fleet(list(targets), options, jobs, timeout, memory_limit, executor=executor)]
+    return [
+        Row.from_scan(row)
+        for row in scan_fleet(list(targets), options, jobs, timeout, memory_limit, executor=executor)
+    ]
 
 
 __all__ = ["DEFAULT_TIMEOUT", "scan_fleet", "scan_many"]

@@ -23,10 +23,24 @@ from .scanning import scan
 from .scanning import scan as _scan_module
 from .warmup import warm
 
-LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "num_encoder_layers",
-                "num_decoder_layers", "depth", "num_blocks")
+LAYER_COUNTS = (
+    "num_hidden_layers",
+    "num_layers",
+    "n_layer",
+    "n_layers",
+    "encoder_layers",
+    "decoder_layers",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "depth",
+    "num_blocks",
+)
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
-ROUTED_COUNTS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token")  # not top_k: a generation setting on 4.x configs
+ROUTED_COUNTS = (
+    "num_experts_per_tok",
+    "moe_topk",
+    "num_experts_per_token",
+)  # not top_k: a generation setting on 4.x configs
 MAX_LAYERS, MAX_EXPERTS, MAX_ROUTED = 2, 4, 2
 
 
@@ -50,7 +64,9 @@ def classes(match: str | None = None, *, tasks: str | None = None) -> list[Nativ
 
     found: dict[tuple[str, str], set[str]] = {}
     for mapping_name, mapping in vars(auto).items():
-        if not (mapping_name.startswith("MODEL_") and mapping_name.endswith("_MAPPING_NAMES")) or not isinstance(mapping, dict):
+        if not (mapping_name.startswith("MODEL_") and mapping_name.endswith("_MAPPING_NAMES")) or not isinstance(
+            mapping, dict
+        ):
             continue
         if tasks and not fnmatch.fnmatch(mapping_name, tasks):
             continue
@@ -58,7 +74,10 @@ def classes(match: str | None = None, *, tasks: str | None = None) -> list[Nativ
             for class_name in names if isinstance(names, (list, tuple)) else [names]:
                 if isinstance(class_name, str):
                     found.setdefault((model_type, class_name), set()).add(mapping_name)
-    out = [NativeClass(model_type, name, tuple(sorted(where))) for (model_type, name), where in sorted(found.items(), key=lambda item: (item[0][1], item[0][0]))]
+    out = [
+        NativeClass(model_type, name, tuple(sorted(where)))
+        for (model_type, name), where in sorted(found.items(), key=lambda item: (item[0][1], item[0][0]))
+    ]
     if match:
         out = [c for c in out if matches(c.class_name, match) or matches(c.model_type, match)]
     return out
@@ -90,7 +109,12 @@ def shrink(config: Any) -> list[str]:
                     changed.append(f"{prefix}{name} {value}->{limit}")
         layers = attributes.get("num_hidden_layers")
         for name, value in list(attributes.items()):
-            if isinstance(value, list) and isinstance(layers, int) and len(value) > layers and name.endswith(("layer_types", "layers_block_type", "block_types")):
+            if (
+                isinstance(value, list)
+                and isinstance(layers, int)
+                and len(value) > layers
+                and name.endswith(("layer_types", "layers_block_type", "block_types"))
+            ):
                 setattr(target, name, value[:layers])
         for name, value in list(attributes.items()):
             if hasattr(value, "to_dict") and hasattr(value, "model_type") and not isinstance(value, type):
@@ -110,11 +134,16 @@ def scan_class(native: NativeClass, shrunk: bool = True) -> dict:
     """One class's row (JSON-able): its scan report, or why it could not be built."""
     from transformers import AutoConfig
 
-
     try:
         config = AutoConfig.for_model(native.model_type)
     except Exception as error:
-        return {"model": native.label, "scanned": False, "error": f"no default config: {type(error).__name__}: {error}", "hint": "", "fixes": []}
+        return {
+            "model": native.label,
+            "scanned": False,
+            "error": f"no default config: {type(error).__name__}: {error}",
+            "hint": "",
+            "fixes": [],
+        }
     attempts = [True, False] if shrunk else [False]
     last = ""
     for shrink_it in attempts:
@@ -130,8 +159,20 @@ def scan_class(native: NativeClass, shrunk: bool = True) -> dict:
         except Exception as error:
             last = f"{type(error).__name__}: {error}"
             continue
-        return {"scanned": True, **report.to_dict(), "model": native.label, "shrunk": changed, "tasks": list(native.tasks)}
-    return {"model": native.label, "scanned": False, "error": f"could not construct: {last.splitlines()[0] if last else 'unknown'}", "hint": "", "fixes": []}
+        return {
+            "scanned": True,
+            **report.to_dict(),
+            "model": native.label,
+            "shrunk": changed,
+            "tasks": list(native.tasks),
+        }
+    return {
+        "model": native.label,
+        "scanned": False,
+        "error": f"could not construct: {last.splitlines()[0] if last else 'unknown'}",
+        "hint": "",
+        "fixes": [],
+    }
 
 
 def _scan_in_child(native: NativeClass) -> dict:
@@ -145,7 +186,6 @@ def _prepare(natives: list[NativeClass]):
     def prepare() -> None:
         import transformers
 
-
         for native in natives:  # each class's module imported once, before any fork: a child pays its scan only
             try:
                 _class(native)
@@ -158,15 +198,28 @@ def _prepare(natives: list[NativeClass]):
     return prepare
 
 
-def scan_all(natives: list[NativeClass], *, jobs: int = 1, timeout: float = 300.0, memory_limit: int | None = None, executor=None) -> list[dict]:
+def scan_all(
+    natives: list[NativeClass],
+    *,
+    jobs: int = 1,
+    timeout: float = 300.0,
+    memory_limit: int | None = None,
+    executor=None,
+) -> list[dict]:
     """Every class in a child forked for it alone, ``jobs`` at a time (each stopped past ``timeout`` seconds or
     ``memory_limit`` bytes added: a row saying so); ``executor`` where (:func:`loadguard.executors.resolve`)."""
 
-    outcomes = resolve(executor).map(_scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit, prepare=_prepare(natives))
+    outcomes = resolve(executor).map(
+        _scan_in_child, natives, jobs=jobs, timeout=timeout, memory_limit=memory_limit, prepare=_prepare(natives)
+    )
     rows = []
     for native, outcome in zip(natives, outcomes):
         hint = _scan_module.OVER_MEMORY_HINT if outcome.killed == "memory" else ""
-        rows.append(outcome.value if outcome.ok else {"model": native.label, "scanned": False, "error": outcome.error, "hint": hint, "fixes": []})
+        rows.append(
+            outcome.value
+            if outcome.ok
+            else {"model": native.label, "scanned": False, "error": outcome.error, "hint": hint, "fixes": []}
+        )
     return rows
 
 
@@ -179,7 +232,9 @@ def markdown(rows: list[dict]) -> str:
             continue
         for finding in failing(row["findings"]):
             detail = finding["detail"].replace("predicted: ", "")
-            lines.append(f"| {cell(row['model'])} | `{cell(finding['tensor'])}` | {cell(finding['status'])} | {cell(detail)} |")
+            lines.append(
+                f"| {cell(row['model'])} | `{cell(finding['tensor'])}` | {cell(finding['status'])} | {cell(detail)} |"
+            )
     if len(lines) == 2:
         lines.append("| (none) | | | every class predicted clean |")
     return "\n".join(lines)

@@ -63,6 +63,8 @@ from . import selfcheck
 from . import source as _scan_source
 
 KEYS = ("auto", "header", "complete")
+
+
 def scan(
     path_or_config: Any,
     *,
@@ -114,7 +116,9 @@ def scan(
     if keys not in KEYS:
         raise InvalidOptionError(f"keys={keys!r} is not a key source", f"use one of: {', '.join(KEYS)}")
     if assume_checkpoint not in ("saved", "complete"):
-        raise InvalidOptionError(f"assume_checkpoint={assume_checkpoint!r} is not an assumption", "use saved or complete")
+        raise InvalidOptionError(
+            f"assume_checkpoint={assume_checkpoint!r} is not an assumption", "use saved or complete"
+        )
     if device_map not in (None, "cpu", {"": "cpu"}) or max_memory or offload_folder:
         raise ScanError(
             f"a scan predicts a load on one device; device_map={device_map!r}{' with max_memory' if max_memory else ''}"
@@ -123,12 +127,20 @@ def scan(
         )
 
     start = time.perf_counter()
-    selfcheck.ensure(scan)  # never trust transformers internals by version name: the first scan on a combination proves them
+    selfcheck.ensure(
+        scan
+    )  # never trust transformers internals by version name: the first scan on a combination proves them
     seconds: dict[str, float] = {"selfcheck": time.perf_counter() - start}
     start = time.perf_counter()
     # local headers are read by default (auto); a Hub id's only when asked for (keys="header": HTTP range reads)
-    source = _scan_source.source(path_or_config, trust_remote_code, revision, header=keys != "complete", hub_header=keys == "header",
-                                   follow_links=follow_links)
+    source = _scan_source.source(
+        path_or_config,
+        trust_remote_code,
+        revision,
+        header=keys != "complete",
+        hub_header=keys == "header",
+        follow_links=follow_links,
+    )
     if keys == "header" and source.header is None:
         raise ScanError(
             f"{source.name} has no safetensors checkpoint whose headers could be read",
@@ -142,7 +154,11 @@ def scan(
             "scan with keys='complete' (--keys complete, the default picks it): the scan predicts the model as the load "
             "builds it before quantizing",
         )
-    mode = "header" if keys == "header" or (keys == "auto" and source.header is not None and not quantized) else "complete"
+    mode = (
+        "header"
+        if keys == "header" or (keys == "auto" and source.header is not None and not quantized)
+        else "complete"
+    )
     if mode == "complete" and keys == "auto" and assume_checkpoint == "saved":
         mode = "saved"  # no headers: the keys this code's own save_pretrained writes
     parsed_dtype = _hf.parse_dtype(dtype) if dtype is not None else None
@@ -154,7 +170,11 @@ def scan(
         record.where.clear()
         try:
             auto_class = _hf.resolve_class(model_class, source.config)  # inside the workarounds, as a load resolves it
-            config = source.config_object if source.config_object is not None else _scan_source.load_config(source, trust_remote_code)
+            config = (
+                source.config_object
+                if source.config_object is not None
+                else _scan_source.load_config(source, trust_remote_code)
+            )
             if quantized:  # no weight is read, so no quantization backend is needed: predict the model it quantizes
                 _scan_source.drop_quantization(config)
             concrete = _concrete_class(auto_class, config, source, trust_remote_code)
@@ -163,15 +183,26 @@ def scan(
                 kwargs["dtype"] = parsed_dtype
             with contextlib.ExitStack() as stack:
                 if mode in ("complete", "saved") and stack.enter_context(complete_keys_from_the_model()):
-                    kwargs["state_dict"] = CompleteKeys(saved=mode == "saved")  # filled from the model transformers constructs
+                    kwargs["state_dict"] = CompleteKeys(
+                        saved=mode == "saved"
+                    )  # filled from the model transformers constructs
                     kwargs.setdefault("dtype", _config_dtype(config) or torch.float32)
                 else:
-                    shapes = source.header if mode == "header" else _own_keys(concrete, config, parsed_dtype, saved=mode == "saved")
+                    shapes = (
+                        source.header
+                        if mode == "header"
+                        else _own_keys(concrete, config, parsed_dtype, saved=mode == "saved")
+                    )
                     if any(v is None for v in shapes.values()):  # a .bin index names keys only: shapes from the model
                         own = _own_keys(concrete, config, parsed_dtype)
                         shapes = {key: own[key] for key in shapes if key in own}
                     kwargs["state_dict"] = weightless_state_dict(shapes)
-                for context in (poison(), recording_init_writes(record), parameters_stay_on_meta(), constructing_with_meta_writes_skipped(concrete)):
+                for context in (
+                    poison(),
+                    recording_init_writes(record),
+                    parameters_stay_on_meta(),
+                    constructing_with_meta_writes_skipped(concrete),
+                ):
                     stack.enter_context(context)
                 return _through_own_loader(concrete, lambda: concrete.from_pretrained(None, **kwargs))
         except LoadguardError:
@@ -179,21 +210,31 @@ def scan(
         except Exception as error:
             raise _hf.translate(error, source.name, active) from error
 
-
     token = observers.inside_load.set(True)  # loadguard's own load: the pytest plugin must not audit it again
     try:
-        model, outcomes = registry.attempt(attempt, workarounds, source.folder, {"_name_or_path": source.name, **source.config})
+        model, outcomes = registry.attempt(
+            attempt, workarounds, source.folder, {"_name_or_path": source.name, **source.config}
+        )
     finally:
         observers.inside_load.reset(token)
     registry.remember(model, outcomes)
-    model.config._name_or_path = str(source.folder) if source.folder is not None else source.name  # from_pretrained(None) cleared it
+    model.config._name_or_path = (
+        str(source.folder) if source.folder is not None else source.name
+    )  # from_pretrained(None) cleared it
     seconds["load"] = time.perf_counter() - start
     report = _predict(model, source, mode, record, seconds, quantized)
     later = registry.predict_after_load(model, registry.resolve(workarounds), report)
     return dataclasses.replace(report, workarounds=tuple(outcomes) + tuple(later))
 
 
-def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, seconds: dict[str, float], quantized: str | None = None) -> AuditReport:
+def _predict(
+    model,
+    source: _scan_source.Source,
+    mode: str,
+    record: InitWrites,
+    seconds: dict[str, float],
+    quantized: str | None = None,
+) -> AuditReport:
 
     start = time.perf_counter()
     inventory = Inventory(model)
@@ -206,7 +247,9 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     on_meta = {f.tensor for f in meta_findings}
     # where the checkpoint holds every persistent buffer, their values (int8 weights of code that quantizes itself:
     # the model's size) are not built
-    reference, reason = resolve_reference(model, "auto", persistent_buffers=persistent_buffers_needed(inventory, loaded))
+    reference, reason = resolve_reference(
+        model, "auto", persistent_buffers=persistent_buffers_needed(inventory, loaded)
+    )
     seconds["reference"] = time.perf_counter() - start
     start = time.perf_counter()
     state_findings, summary = computed_state(inventory, reference, reason, on_meta)
@@ -214,14 +257,25 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     summaries.append(summary)
     written: list[Finding] = []
     missing: list[Finding] = []
-    ties = [t for t in tie_module.declared(model) if t.target in inventory and t.source in inventory and not {t.target, t.source} & on_meta]
+    ties = [
+        t
+        for t in tie_module.declared(model)
+        if t.target in inventory and t.source in inventory and not {t.target, t.source} & on_meta
+    ]
     tie_targets = {t.target for t in ties}
     state = [e for e in inventory.state_entries if e.name not in on_meta]
     with torch.no_grad():
         for entry in state:
             if entry.name in loaded:
                 if entry.name in record.writes or entry.name in record.replaced:
-                    written.append(checks.check_predicted_write(entry, record.writes.get(entry.name, []), entry.name in record.replaced, record.where.get(entry.name)))
+                    written.append(
+                        checks.check_predicted_write(
+                            entry,
+                            record.writes.get(entry.name, []),
+                            entry.name in record.replaced,
+                            record.where.get(entry.name),
+                        )
+                    )
             elif entry.name not in tie_targets:
                 value = reference.values.get(entry.name) if reference is not None else None
                 missing.append(checks.check_missing_key(entry, inventory.tensor(entry.name), value))
@@ -230,15 +284,28 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
     kept = sum(1 for e in state if e.name in loaded)
     note = f"predicted: {kept} loaded, {len(written)} written after loading by weight initialization"
     if quantized:
-        note += (f"; a {quantized}-quantized checkpoint: predicted as the model before quantization (no backend needed): the "
-                 "weights its quantizer replaces are not predicted, non-persistent buffers and everything else are")
+        note += (
+            f"; a {quantized}-quantized checkpoint: predicted as the model before quantization (no backend needed): the "
+            "weights its quantizer replaces are not predicted, non-persistent buffers and everything else are"
+        )
     summaries.append(check_summary(Check.CHECKPOINT_FIDELITY, kept, written, note))
     if mode in ("header", "saved"):
-        summaries.append(check_summary(Check.MISSING_KEY, len(missing), missing, SAVED_ASSUMPTION if mode == "saved" else ""))
+        summaries.append(
+            check_summary(Check.MISSING_KEY, len(missing), missing, SAVED_ASSUMPTION if mode == "saved" else "")
+        )
     else:
-        summaries.append(CheckSummary(Check.MISSING_KEY.value, False, reason="no checkpoint header: every key of the model's state dict assumed present"))
+        summaries.append(
+            CheckSummary(
+                Check.MISSING_KEY.value,
+                False,
+                reason="no checkpoint header: every key of the model's state dict assumed present",
+            )
+        )
     summaries.append(check_summary(Check.TIED_WEIGHTS, len(ties), tied))
-    predicted = [dataclasses.replace(f, predicted=True, detail=f"predicted: {f.detail}") for f in located(findings, reference, record.where)]
+    predicted = [
+        dataclasses.replace(f, predicted=True, detail=f"predicted: {f.detail}")
+        for f in located(findings, reference, record.where)
+    ]
     seconds["checks"] = time.perf_counter() - start
     return AuditReport(
         model=source.name,
@@ -251,9 +318,12 @@ def _predict(model, source: _scan_source.Source, mode: str, record: InitWrites, 
         mode="scan",
         revision=source.revision,
         fetched_bytes=source.fetched_bytes,
-        method=WEIGHTLESS_METHOD.format(keys={"header": "keys, shapes and dtypes from the checkpoint's safetensors headers",
-                                              "saved": "the keys this code's save_pretrained writes (its declared ties dropped)"}.get(
-            mode, "every key of the model's own state dict")),
+        method=WEIGHTLESS_METHOD.format(
+            keys={
+                "header": "keys, shapes and dtypes from the checkpoint's safetensors headers",
+                "saved": "the keys this code's save_pretrained writes (its declared ties dropped)",
+            }.get(mode, "every key of the model's own state dict")
+        ),
     )
 
 
@@ -271,7 +341,9 @@ def _concrete_class(auto_class, config, source: _scan_source.Source, trust_remot
         # _init_weights on fully loaded modules of remote code only), and a prediction must see the same
         try:
             model_class.register_for_auto_class(auto_class=auto_class)
-        except ValueError:  # an auto class transformers itself no longer has (given back by a workaround): mark it alike
+        except (
+            ValueError
+        ):  # an auto class transformers itself no longer has (given back by a workaround): mark it alike
             model_class._auto_class = name
         return model_class
     try:
@@ -337,7 +409,9 @@ def _config_dtype(config) -> torch.dtype | None:
 
 SAVED_ASSUMPTION = "no checkpoint headers: assumed the keys this code's save_pretrained writes (declared ties dropped)"
 
-OVER_MEMORY_HINT = ("the model's code allocates this much while a weightless load builds it (on the CPU, outside the meta "
-                    "device): audit a full load instead (loadguard audit), or raise --memory-limit")
+OVER_MEMORY_HINT = (
+    "the model's code allocates this much while a weightless load builds it (on the CPU, outside the meta "
+    "device): audit a full load instead (loadguard audit), or raise --memory-limit"
+)
 
 __all__ = ["KEYS", "OVER_MEMORY_HINT", "SAVED_ASSUMPTION", "scan"]

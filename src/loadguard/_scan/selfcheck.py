@@ -100,14 +100,27 @@ class CaseResult:
 
     def to_dict(self) -> dict[str, Any]:
         document = {k: getattr(self, k) for k in ("entry", "covers", "predicted", "audited")}
-        return {**document, "agree": self.agree, "differing": self.differing(), "seconds": round(self.seconds, 3),
-                "error": self.error or None, "skipped": self.skipped or None, "invisible": list(self.invisible)}
+        return {
+            **document,
+            "agree": self.agree,
+            "differing": self.differing(),
+            "seconds": round(self.seconds, 3),
+            "error": self.error or None,
+            "skipped": self.skipped or None,
+            "invisible": list(self.invisible),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaseResult:
         return cls(
-            data["entry"], data["covers"], dict(data["predicted"]), dict(data["audited"]), data.get("seconds", 0.0), data.get("error") or "",
-            data.get("skipped") or "", tuple(data.get("invisible") or ()),
+            data["entry"],
+            data["covers"],
+            dict(data["predicted"]),
+            dict(data["audited"]),
+            data.get("seconds", 0.0),
+            data.get("error") or "",
+            data.get("skipped") or "",
+            tuple(data.get("invisible") or ()),
         )
 
 
@@ -138,7 +151,15 @@ class SelfCheck:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], cached: bool = False) -> SelfCheck:
-        return cls(data["transformers"], data["torch"], data["code"], tuple(CaseResult.from_dict(c) for c in data["cases"]), data["seconds"], data.get("ran_at", ""), cached)
+        return cls(
+            data["transformers"],
+            data["torch"],
+            data["code"],
+            tuple(CaseResult.from_dict(c) for c in data["cases"]),
+            data["seconds"],
+            data.get("ran_at", ""),
+            cached,
+        )
 
 
 def _versions() -> tuple[str, str]:
@@ -228,7 +249,14 @@ def _native_llama(folder: Path) -> Path:
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+        config = LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
         LlamaForCausalLM(config).save_pretrained(folder)
     return folder
 
@@ -244,24 +272,43 @@ def _case(entry_name: str, covers: str, workdir: Path, scan: Callable[..., Any])
             folder, auto_class = zoo.build(entry_name, workdir / entry_name), entry.auto_class
             workarounds = "auto" if entry.workarounds else ()
     except Exception as error:
-        return CaseResult(entry_name, covers, {}, {}, time.perf_counter() - start, f"could not build the model: {_describe(error)}")
+        return CaseResult(
+            entry_name, covers, {}, {}, time.perf_counter() - start, f"could not build the model: {_describe(error)}"
+        )
     predicted = audited = None
     try:
-        predicted = scan(folder, model_class=auto_class, keys="header", trust_remote_code=True, workarounds=workarounds)
+        predicted = scan(
+            folder, model_class=auto_class, keys="header", trust_remote_code=True, workarounds=workarounds
+        )
     except Exception as error:
         scan_error = _describe(error)
     try:
-        audited = load(auto_class, folder, trust_remote_code=True, poison=True, on_problem="warn", workarounds=workarounds).loadguard_report_as_loaded
+        audited = load(
+            auto_class, folder, trust_remote_code=True, poison=True, on_problem="warn", workarounds=workarounds
+        ).loadguard_report_as_loaded
     except Exception as error:
         load_error = _describe(error)
     seconds = time.perf_counter() - start
     if predicted is None and audited is None:  # both refuse the model alike: they agree (the case proves nothing here)
-        return CaseResult(entry_name, covers, {}, {}, seconds, skipped=f"this transformers cannot load it at all: {load_error}")
+        return CaseResult(
+            entry_name, covers, {}, {}, seconds, skipped=f"this transformers cannot load it at all: {load_error}"
+        )
     if predicted is None or audited is None:
-        side = f"the scan failed ({scan_error}) where a full load works" if predicted is None else f"the full load failed ({load_error}) where the scan runs"
+        side = (
+            f"the scan failed ({scan_error}) where a full load works"
+            if predicted is None
+            else f"the full load failed ({load_error}) where the scan runs"
+        )
         return CaseResult(entry_name, covers, {}, {}, seconds, side)
     if predicted.summary("checkpoint_fidelity").checked == 0 or audited.summary("checkpoint_fidelity").checked == 0:
-        return CaseResult(entry_name, covers, {}, {}, seconds, "a side compared no weights: the differential would agree with anything")
+        return CaseResult(
+            entry_name,
+            covers,
+            {},
+            {},
+            seconds,
+            "a side compared no weights: the differential would agree with anything",
+        )
     expected, invisible = reconcile([f.to_dict() for f in predicted.findings], _failing(audited), folder)
     return CaseResult(entry_name, covers, expected, _failing(audited), seconds, invisible=invisible)
 
@@ -278,7 +325,9 @@ def reconcile(predicted: list[dict], audited: dict[str, str], folder: Any) -> tu
 
     expected = {f["tensor"]: f["status"] for f in failing(predicted)}
     candidates = [
-        f["tensor"] for f in failing(predicted) if f["status"] == Status.OVERWRITTEN and CONSTANT_FILL_NOTE in f["detail"] and f["tensor"] not in audited
+        f["tensor"]
+        for f in failing(predicted)
+        if f["status"] == Status.OVERWRITTEN and CONSTANT_FILL_NOTE in f["detail"] and f["tensor"] not in audited
     ]
     invisible = tuple(sorted(name for name in candidates if _holds_a_constant(Path(str(folder)), name)))
     for name in invisible:
@@ -308,7 +357,14 @@ def run(scan: Callable[..., Any], *, record: bool = True) -> SelfCheck:
     with _checking(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="loadguard-selfcheck-") as workdir:
         warnings.simplefilter("ignore")  # the zoo's broken loads warn by design: the verdicts are what counts
         cases = tuple(_case(name, covers, Path(workdir), scan) for name, covers in CASES)
-    result = SelfCheck(version, torch_version, code_fingerprint(), cases, time.perf_counter() - start, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    result = SelfCheck(
+        version,
+        torch_version,
+        code_fingerprint(),
+        cases,
+        time.perf_counter() - start,
+        datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
     if record:
         write_atomically(record_path(), json.dumps(result.to_dict(), indent=2))
     return result
@@ -336,4 +392,14 @@ def ensure(scan: Callable[..., Any]) -> SelfCheck | None:
     return result
 
 
-__all__ = ["CASES", "CaseResult", "SelfCheck", "ensure", "proven_versions", "reconcile", "recorded", "record_path", "run"]
+__all__ = [
+    "CASES",
+    "CaseResult",
+    "SelfCheck",
+    "ensure",
+    "proven_versions",
+    "reconcile",
+    "recorded",
+    "record_path",
+    "run",
+]

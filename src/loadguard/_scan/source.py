@@ -47,8 +47,15 @@ class Source:
     """File content fetched from the Hub for this scan (0 when the cache had it all; None: not from the Hub)."""
 
 
-
-def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *, header: bool, hub_header: bool, follow_links: bool = False) -> Source:
+def source(
+    path_or_config: Any,
+    trust_remote_code: bool,
+    revision: str | None,
+    *,
+    header: bool,
+    hub_header: bool,
+    follow_links: bool = False,
+) -> Source:
     from transformers import PretrainedConfig
 
     if isinstance(path_or_config, PretrainedConfig):
@@ -56,8 +63,10 @@ def source(path_or_config: Any, trust_remote_code: bool, revision: str | None, *
         folder = folder_of(config)
         document = config_dict(config)
         if document.get("auto_map") and not trust_remote_code:
-
-            raise RemoteCodeNotTrustedError(f"{type(config).__name__} names its own code (auto_map) and trust_remote_code was not given", "pass trust_remote_code=True if you trust it")
+            raise RemoteCodeNotTrustedError(
+                f"{type(config).__name__} names its own code (auto_map) and trust_remote_code was not given",
+                "pass trust_remote_code=True if you trust it",
+            )
         return Source(config._name_or_path or type(config).__name__, folder, document, None, None, config)
     text = str(path_or_config)
     if Path(text).exists():
@@ -77,13 +86,21 @@ def _own_files(folder: Path) -> None:
     """A weightless scan reads the model's own files only: a config, index or checkpoint that is a link leading out of
     the folder (a Hub snapshot's blobs excepted) is refused unless the user says to follow it."""
 
-    names = ["config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"]
+    names = [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+    ]
     names += [entry.name for entry in folder.glob("*.safetensors")] if folder.is_dir() else []
     for name in dict.fromkeys(names):
         target = leaving(folder, folder / name)
         if target is not None:
-            raise InvalidOptionError(f"{folder / name} is a link to {target}, outside the model's folder: refused (a scan reads the model's own files only)",
-                                     "pass --follow-links (follow_links=True) if the link is meant, or copy the file into the folder")
+            raise InvalidOptionError(
+                f"{folder / name} is a link to {target}, outside the model's folder: refused (a scan reads the model's own files only)",
+                "pass --follow-links (follow_links=True) if the link is meant, or copy the file into the folder",
+            )
 
 
 def _local_header(folder: Path) -> tuple[dict | None, str | None]:
@@ -92,7 +109,9 @@ def _local_header(folder: Path) -> tuple[dict | None, str | None]:
 
     if not any((folder / name).is_file() for name in (SAFETENSORS_INDEX, SAFETENSORS_SINGLE)):
         index = folder / BIN_INDEX
-        files = index_files(index) if index.is_file() else [folder / BIN_SINGLE] if (folder / BIN_SINGLE).is_file() else []
+        files = (
+            index_files(index) if index.is_file() else [folder / BIN_SINGLE] if (folder / BIN_SINGLE).is_file() else []
+        )
         if files:
             shapes: dict = {}
             for file in files:
@@ -106,7 +125,9 @@ def _local_header(folder: Path) -> tuple[dict | None, str | None]:
         raise
     try:
         if checkpoint.format == "safetensors":
-            return {key: (checkpoint.shape(key), checkpoint.dtype(key)) for key in checkpoint.keys()}, str(checkpoint.path)
+            return {key: (checkpoint.shape(key), checkpoint.dtype(key)) for key in checkpoint.keys()}, str(
+                checkpoint.path
+            )
     finally:
         checkpoint.close()
     return None, None

@@ -28,8 +28,15 @@ def warm() -> bool:
     try:
         import transformers
 
-        config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                          num_key_value_heads=2, vocab_size=32, max_position_embeddings=16)
+        config = transformers.LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=32,
+            max_position_embeddings=16,
+        )
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             scan(config)
         workarounds.compile_signatures()  # a clean load matches no failure: the patterns a failing one needs

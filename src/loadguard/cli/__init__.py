@@ -55,13 +55,23 @@ class _LazyGroup(SuggestingGroup):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="loadguard")
 @click.option(
-    "--verbose", is_flag=True,
+    "--verbose",
+    is_flag=True,
     help="Show transformers' warnings, progress bars and the Python warnings of the model's code (hidden otherwise; "
     "a finding a warning explains quotes it anyway). Also accepted after the command.",
 )
-@click.option("--quiet", is_flag=True, help="Only results, errors and hints: no progress, no notes on stderr. Also accepted after the command.")
-@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
-              help="auto: color on a terminal unless NO_COLOR is set. Also accepted after the command.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Only results, errors and hints: no progress, no notes on stderr. Also accepted after the command.",
+)
+@click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="auto: color on a terminal unless NO_COLOR is set. Also accepted after the command.",
+)
 def cli(verbose: bool, quiet: bool, color: str) -> None:
     """Prove a model came out of loading exactly as its checkpoint and its code define it."""
 
@@ -85,7 +95,9 @@ def _hoist_globals(arguments: list[str]) -> tuple[list[str], dict]:
             settings["color"] = word.split("=", 1)[1]
         else:
             kept.append(word)
-    front = [flag for flag in _GLOBAL_FLAGS if settings[flag[2:]]] + (["--color", settings["color"]] if settings["color"] else [])
+    front = [flag for flag in _GLOBAL_FLAGS if settings[flag[2:]]] + (
+        ["--color", settings["color"]] if settings["color"] else []
+    )
     return front + kept + arguments[end:], settings
 
 
@@ -125,13 +137,20 @@ def _warnings_kept(verbose: bool):
 def _machine_format(arguments: list[str], configured: str = "table") -> bool:
     """``--format json`` / ``--format=markdown`` (or a machine format set in ``[tool.loadguard]`` and not overridden):
     the output is for a machine; stdout must hold only it."""
-    given = any(a == "--format" or a.startswith("--format=") for a in arguments[: arguments.index("--") if "--" in arguments else None])
+    given = any(
+        a == "--format" or a.startswith("--format=")
+        for a in arguments[: arguments.index("--") if "--" in arguments else None]
+    )
     if not given and configured in ("json", "markdown", "sarif", "github", "junit"):
         return True
     for index, argument in enumerate(arguments):
         if argument == "--":
             return False
-        value = argument.split("=", 1)[1] if argument.startswith("--format=") else (arguments[index + 1] if argument == "--format" and index + 1 < len(arguments) else None)
+        value = (
+            argument.split("=", 1)[1]
+            if argument.startswith("--format=")
+            else (arguments[index + 1] if argument == "--format" and index + 1 < len(arguments) else None)
+        )
         if value in ("json", "markdown", "sarif", "github", "junit"):
             return True
     return False
@@ -141,7 +160,10 @@ def _end_by(stop) -> None:
     """After SIGTERM/SIGHUP, every child stopped (the ``finally`` blocks ran): say so, then end by that very signal, as
     a shell and a CI runner expect of a process that was told to stop."""
 
-    stderr().print(styled("[bold red]Error:[/] stopped by {}; every process this run started was stopped with it", stop.name), highlight=False)
+    stderr().print(
+        styled("[bold red]Error:[/] stopped by {}; every process this run started was stopped with it", stop.name),
+        highlight=False,
+    )
     sys.stderr.flush()
     signal.signal(stop.number, signal.SIG_DFL)
     os.kill(os.getpid(), stop.number)
@@ -169,14 +191,19 @@ def _main(argv: list[str] | None) -> None:
         flags["color"] = flags["color"] or project.get("color")
         SETTINGS.update(flags if flags["color"] in ("auto", "always", "never") else {**flags, "color": "auto"})
         with machine_output(_machine_format(arguments, project.get("format"))), _warnings_kept(verbose):
-            code = cli.main(args=arguments, prog_name="loadguard", standalone_mode=False, default_map=_defaults(project))
+            code = cli.main(
+                args=arguments, prog_name="loadguard", standalone_mode=False, default_map=_defaults(project)
+            )
     except LoadguardError as error:
         if debug:
             traceback.print_exc()
         report_error(error)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.exceptions.Abort:  # Ctrl-C: the children were stopped on the way out
-        stderr().print(Markup("[bold red]Error:[/] interrupted; every process this run started was stopped with it"), highlight=False)
+        stderr().print(
+            Markup("[bold red]Error:[/] interrupted; every process this run started was stopped with it"),
+            highlight=False,
+        )
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.exceptions.NoArgsIsHelpError as error:  # `loadguard`, `loadguard zoo`: the help, as --help shows it
         click.echo(error.ctx.get_help())
@@ -192,6 +219,8 @@ def _main(argv: list[str] | None) -> None:
         if debug:
             traceback.print_exc()
         stderr().print(styled("[bold red]Error:[/] unexpected {}: {}", type(error).__name__, error), highlight=False)
-        stderr().print(Markup("[bold]Hint:[/] set LOADGUARD_DEBUG=1 to see the traceback, and report it"), highlight=False)
+        stderr().print(
+            Markup("[bold]Hint:[/] set LOADGUARD_DEBUG=1 to see the traceback, and report it"), highlight=False
+        )
         sys.exit(ExitCode.COULD_NOT_RUN)
     sys.exit(code if isinstance(code, int) else ExitCode.CLEAN)

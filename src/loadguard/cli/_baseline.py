@@ -11,8 +11,19 @@ from ._common import note
 def baseline_options(command):
     """``--baseline FILE`` / ``--write-baseline``: known findings (by fingerprint) kept out of the report and the exit
     code; new and fixed ones are reported."""
-    command = click.option("--write-baseline", is_flag=True, help="Write this run's findings to --baseline FILE (exit 0), to adopt loadguard on a large model list.")(command)
-    return click.option("--baseline", "baseline_file", default=None, metavar="FILE", type=click.Path(dir_okay=False, resolve_path=True), help="Findings known by fingerprint: not reported and not failing; new and fixed ones are.")(command)
+    command = click.option(
+        "--write-baseline",
+        is_flag=True,
+        help="Write this run's findings to --baseline FILE (exit 0), to adopt loadguard on a large model list.",
+    )(command)
+    return click.option(
+        "--baseline",
+        "baseline_file",
+        default=None,
+        metavar="FILE",
+        type=click.Path(dir_okay=False, resolve_path=True),
+        help="Findings known by fingerprint: not reported and not failing; new and fixed ones are.",
+    )(command)
 
 
 def apply_baseline(rows, baseline_file: str | None, write_baseline: bool):
@@ -22,7 +33,9 @@ def apply_baseline(rows, baseline_file: str | None, write_baseline: bool):
 
     if write_baseline:
         if not baseline_file:
-            raise InvalidOptionError("--write-baseline needs --baseline FILE: where to write it", "add --baseline loadguard-baseline.json")
+            raise InvalidOptionError(
+                "--write-baseline needs --baseline FILE: where to write it", "add --baseline loadguard-baseline.json"
+            )
         count = baseline.write(rows, baseline_file)
         note(f"wrote {count} finding(s) to the baseline {baseline_file}")
         return None

@@ -46,7 +46,9 @@ def _run(message: list[str] | dict) -> dict:
 
     if isinstance(message, list):  # a bare command line
         message = {"arguments": message}
-    (outcome,) = _forks.run(_command, [message["arguments"]], timeout=message.get("timeout"), memory_limit=message.get("memory_limit"))
+    (outcome,) = _forks.run(
+        _command, [message["arguments"]], timeout=message.get("timeout"), memory_limit=message.get("memory_limit")
+    )
     if outcome.ok:
         return outcome.value
     return {"returncode": 2, "stdout": "", "stderr": f"Error: the cell's process failed: {outcome.error}\n"}
@@ -57,7 +59,6 @@ def main() -> None:
     import torch  # noqa: F401  (loaded once, before any fork)
     import transformers  # noqa: F401
     from transformers import PreTrainedModel  # noqa: F401
-
 
     warm()  # a first scan's work done once here, not in every cell's child
 

@@ -97,7 +97,9 @@ def report_error(error) -> None:
     """A :class:`loadguard.LoadguardError` as every command ends with one: ``Error:`` and, when there is one, ``Hint:``
     (worded for the CLI) on stderr."""
 
-    stderr().print(styled("[bold red]Error:[/] {}", error.message), highlight=False)  # brackets are text: loadguard[ray]
+    stderr().print(
+        styled("[bold red]Error:[/] {}", error.message), highlight=False
+    )  # brackets are text: loadguard[ray]
     hint = hint_for(error, "cli")
     if hint:
         stderr().print(styled("[bold]Hint:[/] {}", hint), highlight=False)
@@ -125,7 +127,12 @@ def quiet_transformers(downloads: bool = False) -> bool:
     if SETTINGS["verbose"]:
         transformers.logging.set_verbosity_warning()
         return False
-    shown = downloads and stderr().is_terminal and not SETTINGS["quiet"] and os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") in (None, "", "0")
+    shown = (
+        downloads
+        and stderr().is_terminal
+        and not SETTINGS["quiet"]
+        and os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") in (None, "", "0")
+    )
     if not shown:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     transformers.logging.set_verbosity_error()
@@ -176,7 +183,6 @@ def parse_placement(device_map: str | None, max_memory: str | None, offload_fold
     """``--device-map auto|cpu|cuda|JSON``, ``--max-memory cpu=20GiB,0=10GiB`` (or JSON), ``--offload-folder``
     as ``from_pretrained`` keyword arguments."""
 
-
     out: dict[str, Any] = {}
     if device_map:
         text = device_map.strip()
@@ -184,7 +190,10 @@ def parse_placement(device_map: str | None, max_memory: str | None, offload_fold
             try:
                 out["device_map"] = json.loads(text)
             except ValueError as error:
-                raise InvalidOptionError(f"--device-map {text!r} is not valid JSON ({error})", 'e.g. --device-map \'{"model.layers.1": "disk", "lm_head": "cpu"}\'') from None
+                raise InvalidOptionError(
+                    f"--device-map {text!r} is not valid JSON ({error})",
+                    'e.g. --device-map \'{"model.layers.1": "disk", "lm_head": "cpu"}\'',
+                ) from None
         else:
             out["device_map"] = text
     if max_memory:
@@ -192,7 +201,9 @@ def parse_placement(device_map: str | None, max_memory: str | None, offload_fold
         try:
             parsed = json.loads(text) if text.startswith("{") else dict(item.split("=", 1) for item in text.split(","))
         except ValueError:
-            raise InvalidOptionError(f"--max-memory {text!r} is not DEVICE=SIZE,...", "e.g. --max-memory cpu=20GiB,0=10GiB") from None
+            raise InvalidOptionError(
+                f"--max-memory {text!r} is not DEVICE=SIZE,...", "e.g. --max-memory cpu=20GiB,0=10GiB"
+            ) from None
         out["max_memory"] = {int(k) if str(k).isdigit() else k: v for k, v in parsed.items()}
     if offload_folder:
         out["offload_folder"] = offload_folder
@@ -205,7 +216,9 @@ def loading_options(command):
     one ``placement`` dict of ``from_pretrained`` keyword arguments."""
 
     @functools.wraps(command)
-    def with_placement(*args, device_map=None, max_memory=None, offload_folder=None, attn_implementation=None, **kwargs):
+    def with_placement(
+        *args, device_map=None, max_memory=None, offload_folder=None, attn_implementation=None, **kwargs
+    ):
         placement = parse_placement(device_map, max_memory, offload_folder)
         if attn_implementation:
             placement["attn_implementation"] = attn_implementation
@@ -214,21 +227,58 @@ def loading_options(command):
     options = [
         click.argument("path"),
         click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first)."),
-        click.option("--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names, else AutoModel."),
-        click.option("--dtype", default="auto", show_default=True, metavar="auto|float32|bfloat16|float16", help="dtype to load in."),
-        click.option("--device", default="cpu", show_default=True, metavar="DEVICE", help="cpu, cuda, cuda:N, mps."),
-        click.option("--poison/--no-poison", default=True, show_default=True, help="Fill uninitialized memory with NaN/INT_MAX during the load so leftovers cannot pass for values."),
         click.option(
-            "--workaround", "workarounds", multiple=True, metavar="NAME",
+            "--auto-class",
+            default=None,
+            metavar="NAME",
+            help="Auto class or model class; default: the one the config names, else AutoModel.",
+        ),
+        click.option(
+            "--dtype",
+            default="auto",
+            show_default=True,
+            metavar="auto|float32|bfloat16|float16",
+            help="dtype to load in.",
+        ),
+        click.option("--device", default="cpu", show_default=True, metavar="DEVICE", help="cpu, cuda, cuda:N, mps."),
+        click.option(
+            "--poison/--no-poison",
+            default=True,
+            show_default=True,
+            help="Fill uninitialized memory with NaN/INT_MAX during the load so leftovers cannot pass for values.",
+        ),
+        click.option(
+            "--workaround",
+            "workarounds",
+            multiple=True,
+            metavar="NAME",
             help="Apply a registered workaround (repeatable; `loadguard workarounds list`); 'auto' applies those whose failure the load hits.",
         ),
         workarounds_from_option(),
         click.option("--strict-stale", is_flag=True, help="A workaround that is no longer needed is an error."),
-        click.option("--device-map", default=None, metavar="auto|cpu|JSON", help="from_pretrained's device_map: auto, cpu, cuda, or a JSON module->device map (\"disk\" offloads)."),
-        click.option("--max-memory", default=None, metavar="DEV=SIZE,...", help="from_pretrained's max_memory, e.g. cpu=20GiB,0=10GiB."),
-        click.option("--offload-folder", default=None, metavar="DIR", type=click.Path(file_okay=False, resolve_path=True), help="Where accelerate offloads to disk (loadguard never writes the model's folder)."),
         click.option(
-            "--attn-implementation", default=None, metavar="eager|sdpa|NAME",
+            "--device-map",
+            default=None,
+            metavar="auto|cpu|JSON",
+            help='from_pretrained\'s device_map: auto, cpu, cuda, or a JSON module->device map ("disk" offloads).',
+        ),
+        click.option(
+            "--max-memory",
+            default=None,
+            metavar="DEV=SIZE,...",
+            help="from_pretrained's max_memory, e.g. cpu=20GiB,0=10GiB.",
+        ),
+        click.option(
+            "--offload-folder",
+            default=None,
+            metavar="DIR",
+            type=click.Path(file_okay=False, resolve_path=True),
+            help="Where accelerate offloads to disk (loadguard never writes the model's folder).",
+        ),
+        click.option(
+            "--attn-implementation",
+            default=None,
+            metavar="eager|sdpa|NAME",
             help="from_pretrained's attn_implementation (eager for code written for eager attention only).",
         ),
     ]
@@ -262,14 +312,18 @@ def load_model(
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": dtype, **(placement or {})}
     if device not in ("cpu", None):
         if "device_map" in kwargs:
-            raise InvalidOptionError("--device and --device-map both say where the model goes", "keep one: --device-map subsumes --device")
+            raise InvalidOptionError(
+                "--device and --device-map both say where the model goes", "keep one: --device-map subsumes --device"
+            )
         kwargs["device_map"] = device
     from .._files import is_hub_id
 
     downloading = quiet_transformers(downloads=is_hub_id(str(path)) and not os.path.exists(path))
     # a download draws its own bar on the terminal: no spinner over it (its output redirection would hide the bar)
     with contextlib.nullcontext() if downloading else progress(f"Loading {path} with from_pretrained"):
-        return load_unaudited(auto_class, path, poison=poison, workarounds=workarounds, strict_stale=strict_stale, **kwargs)
+        return load_unaudited(
+            auto_class, path, poison=poison, workarounds=workarounds, strict_stale=strict_stale, **kwargs
+        )
 
 
 def is_tty() -> bool:
@@ -295,14 +349,15 @@ def cases_and_runner(path: str, prompts, image_paths, **load_options):
     strict = load_options.get("strict_stale", False)
     late = _audit.after_load(model, chosen, strict=strict)
     processor, tokenizer = load_processing(path, load_options["trust_remote_code"])
-    runner = HfRunner.from_model(model, processor, tokenizer, workarounds=[w.name for w in chosen if w.stage == "runner"])
+    runner = HfRunner.from_model(
+        model, processor, tokenizer, workarounds=[w.name for w in chosen if w.stage == "runner"]
+    )
     runner.workarounds = early + late + runner.workarounds
     return prompt_list, images, runner
 
 
 def read_images(paths):
     from PIL import Image
-
 
     images = []
     for path in paths:

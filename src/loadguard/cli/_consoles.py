@@ -21,7 +21,9 @@ SETTINGS: dict[str, Any] = {"verbose": False, "quiet": False, "color": "auto"}
 
 def _colors() -> dict[str, Any]:
     """``--color auto`` lets rich decide (a terminal gets color unless ``NO_COLOR`` is set); ``always`` / ``never``."""
-    return {"always": {"force_terminal": True}, "never": {"no_color": True, "color_system": None}}.get(SETTINGS["color"], {})
+    return {"always": {"force_terminal": True}, "never": {"no_color": True, "color_system": None}}.get(
+        SETTINGS["color"], {}
+    )
 
 
 class SafeConsole(Console):
@@ -34,7 +36,9 @@ class SafeConsole(Console):
 
     def render_str(self, text: str, **kwargs):
 
-        kwargs["markup"] = isinstance(text, Markup)  # tags are read in our own markup only: any other text is shown as written
+        kwargs["markup"] = isinstance(
+            text, Markup
+        )  # tags are read in our own markup only: any other text is shown as written
         return unlinked(super().render_str(visible(text), **kwargs))
 
 

@@ -37,9 +37,14 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
 
     size = parse_size(text)
     if size is None:
-        raise InvalidOptionError(f"--memory-limit {text!r} is not a size", "e.g. --memory-limit 4GB (or 2G, 2GiB, 2048M; auto; none)")
+        raise InvalidOptionError(
+            f"--memory-limit {text!r} is not a size", "e.g. --memory-limit 4GB (or 2G, 2GiB, 2048M; auto; none)"
+        )
     if not measurable:
-        raise InvalidOptionError("--memory-limit needs /proc to read a scan's memory, which this system lacks", "leave it out (--memory-limit none)")
+        raise InvalidOptionError(
+            "--memory-limit needs /proc to read a scan's memory, which this system lacks",
+            "leave it out (--memory-limit none)",
+        )
     return size
 
 
@@ -63,28 +68,41 @@ def limits_options(command):
     @functools.wraps(command)
     def limited(*args, timeout=None, memory=None, **kwargs):
         from .._infra import forks
+
         limit = memory_limit(memory, 1, fleet=False) if memory else None
         if timeout is None and limit is None:
             return command(*args, **kwargs)
         if not forks.available():
-            raise InvalidOptionError("--timeout and --memory-limit need os.fork, which this system lacks", "leave them out")
+            raise InvalidOptionError(
+                "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
+            )
         import transformers  # noqa: F401  (imported here, once, not in the child)
 
-        (outcome,) = forks.run(lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit)
+        (outcome,) = forks.run(
+            lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit
+        )
         if outcome.ok:
             return outcome.value
         which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)
         raise LoadguardError(
             f"{kwargs.get('path', 'the model')}: the command did not finish: {outcome.error}",
-            f"raise {which} if the model only needs more" if which else "run it again with LOADGUARD_DEBUG=1 to see why",
+            f"raise {which} if the model only needs more"
+            if which
+            else "run it again with LOADGUARD_DEBUG=1 to see why",
         )
 
     limited = click.option(
-        "--memory-limit", "memory", default=None, metavar="SIZE",
+        "--memory-limit",
+        "memory",
+        default=None,
+        metavar="SIZE",
         help="Memory the model's load and run may add (e.g. 8GB); past it, the command is stopped and says so. Default: none.",
     )(limited)
     return click.option(
-        "--timeout", type=click.FloatRange(1, None), default=None, metavar="SECONDS",
+        "--timeout",
+        type=click.FloatRange(1, None),
+        default=None,
+        metavar="SECONDS",
         help="Seconds the model's load and run may take; past it, the command is stopped and says so. Default: none.",
     )(limited)
 

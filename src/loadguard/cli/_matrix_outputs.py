@@ -32,7 +32,9 @@ def matrix_markdown(matrix) -> str:
     header = "| model | " + " | ".join(f"transformers {v}" for v in matrix.versions) + " |"
     lines = [header, "|---" * (len(matrix.versions) + 1) + "|"]
     for model in matrix.models:
-        lines.append(f"| {cell(model)} | " + " | ".join(cell(_cell_text(matrix.cell(model, v))) for v in matrix.versions) + " |")
+        lines.append(
+            f"| {cell(model)} | " + " | ".join(cell(_cell_text(matrix.cell(model, v))) for v in matrix.versions) + " |"
+        )
         for m, name, row in matrix.workaround_rows():
             if m == model:
                 lines.append(f"| ↳ workaround `{name}` | " + " | ".join(row[v] for v in matrix.versions) + " |")
@@ -59,7 +61,9 @@ def _environment_lines(result) -> list[str]:
     lines = []
     for environment in result.environments:
         state = "created" if environment.created else "cached"
-        text = f"transformers {environment.version}: environment {state}" + (f" in {environment.seconds:.1f} s" if environment.created else "")
+        text = f"transformers {environment.version}: environment {state}" + (
+            f" in {environment.seconds:.1f} s" if environment.created else ""
+        )
         if not environment.ok:
             text += f"; not installable here: {environment.reason}"
         check = result.selfchecks.get(environment.version)
@@ -67,8 +71,9 @@ def _environment_lines(result) -> list[str]:
             if check.get("error"):
                 text += f"; scan self-check could not run: {check['error']}"
             else:
-                text += f"; scan self-check {'passed' if check['ok'] else 'FAILED: ' + '; '.join(check['differing'][:3])}" + (
-                    " (recorded)" if check.get("cached") else f" ({check['seconds']:.1f} s)"
+                text += (
+                    f"; scan self-check {'passed' if check['ok'] else 'FAILED: ' + '; '.join(check['differing'][:3])}"
+                    + (" (recorded)" if check.get("cached") else f" ({check['seconds']:.1f} s)")
                 )
         lines.append(text)
     return lines
@@ -104,7 +109,10 @@ class Cells:
         out.print(table)
         for line in _environment_lines(result):
             err.print(line, highlight=False)
-        err.print(f"{len(result.cells)} cells in {result.seconds['cells']:.1f} s ({result.seconds['per_cell']:.2f} s per cell)", highlight=False)
+        err.print(
+            f"{len(result.cells)} cells in {result.seconds['cells']:.1f} s ({result.seconds['per_cell']:.2f} s per cell)",
+            highlight=False,
+        )
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,12 @@ class Changes:
     command = "matrix"
 
     def document(self) -> dict:
-        return {"before": self.before, "after": self.after, "changes": [c.to_dict() for c in self.changes], "matrix": self.result.to_dict()}
+        return {
+            "before": self.before,
+            "after": self.after,
+            "changes": [c.to_dict() for c in self.changes],
+            "matrix": self.result.to_dict(),
+        }
 
     def markdown(self) -> str:
         from .._matrix import changes_markdown
@@ -143,7 +156,12 @@ class Changes:
         for column in ("model", "change", f"transformers {self.before}", f"transformers {self.after}"):
             table.add_column(column, overflow="fold")
         for change in self.changes:
-            table.add_row(change.model, styled("[red]{}[/]", change.change) if change.worse else change.change, change.before, change.after)
+            table.add_row(
+                change.model,
+                styled("[red]{}[/]", change.change) if change.worse else change.change,
+                change.before,
+                change.after,
+            )
         out.print(table)
 
 
@@ -159,12 +177,17 @@ class Bisections:
         lines = []
         for result in self.results:
             if result.first_changed is None:
-                lines.append(f"{result.model}: the same verdict from {result.low} to {result.high} ({len(result.cells)} of {result.candidates} versions run)")
+                lines.append(
+                    f"{result.model}: the same verdict from {result.low} to {result.high} ({len(result.cells)} of {result.candidates} versions run)"
+                )
                 continue
             before = next(c for c in result.cells if c.transformers == result.low).verdict()
             after = next(c for c in result.cells if c.transformers == result.first_changed).verdict()
-            lines += [f"{result.model}: first changes at transformers {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)",
-                      f"  {result.low}: {before}", f"  {result.first_changed}: {after}"]  # a line a print: the console escapes newlines
+            lines += [
+                f"{result.model}: first changes at transformers {result.first_changed} ({len(result.cells)} of {result.candidates} versions run)",
+                f"  {result.low}: {before}",
+                f"  {result.first_changed}: {after}",
+            ]  # a line a print: the console escapes newlines
         return lines
 
     def markdown(self) -> str:
@@ -199,7 +222,9 @@ class NativeChanges:
         from rich.table import Table
 
         diff = self.diff
-        table = Table(header_style="bold", title=f"classes whose verdict differs ({len(diff.changed)} of {len(diff.verdicts)})")
+        table = Table(
+            header_style="bold", title=f"classes whose verdict differs ({len(diff.changed)} of {len(diff.verdicts)})"
+        )
         table.add_column("class", overflow="fold")
         for version in diff.versions:
             table.add_column(f"transformers {version}", overflow="fold")

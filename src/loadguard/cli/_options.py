@@ -16,7 +16,10 @@ class SuggestingGroup(click.Group):
             import difflib
 
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
-            ctx.fail(f"no such command {name!r}." + (f" Did you mean {close[0]!r}?" if close else f" Commands: {', '.join(self.list_commands(ctx))}."))
+            ctx.fail(
+                f"no such command {name!r}."
+                + (f" Did you mean {close[0]!r}?" if close else f" Commands: {', '.join(self.list_commands(ctx))}.")
+            )
         return super().resolve_command(ctx, args)
 
 
@@ -26,8 +29,15 @@ def format_option(*formats: str, help: str | None = None):
     def as_table(ctx, param, value):
         return "table" if value == "human" else value
 
-    return click.option("--format", "fmt", type=click.Choice(["table", "human", *formats]), default="table", show_default=True,
-                        callback=as_table, help=help)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "human", *formats]),
+        default="table",
+        show_default=True,
+        callback=as_table,
+        help=help,
+    )
 
 
 def workarounds_from_option(expose: bool = False):
@@ -65,7 +75,11 @@ def executor_option(command):
         return resolve(value)
 
     return click.option(
-        "--executor", default="local", show_default=True, metavar="local|ray[:ADDRESS]", callback=resolved,
+        "--executor",
+        default="local",
+        show_default=True,
+        metavar="local|ray[:ADDRESS]",
+        callback=resolved,
         help="Where each model runs: forked children here, or tasks on a Ray cluster (ray: $RAY_ADDRESS or a new local "
-             "cluster; ray:auto: the one this machine is in; ray:HOST:PORT). The same rows either way. Needs loadguard[ray].",
+        "cluster; ray:auto: the one this machine is in; ray:HOST:PORT). The same rows either way. Needs loadguard[ray].",
     )(command)

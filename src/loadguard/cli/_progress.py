@@ -17,6 +17,8 @@ def fleet_progress(total: int):
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+    ) as bar:
         task = bar.add_task("models", total=total)
         yield lambda index, outcome: bar.advance(task)

@@ -18,10 +18,14 @@ def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, 
     from .. import workarounds as registry
     from ..runner import HfRunner, eager_load
 
-    applied = [w.name for w in runner.workarounds if w.stage == "before_import" and w.status == WorkaroundStatus.APPLIED]
+    applied = [
+        w.name for w in runner.workarounds if w.stage == "before_import" and w.status == WorkaroundStatus.APPLIED
+    ]
     try:
         with progress(f"Building the reference of {path} eagerly"):
-            twin = eager_load(path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=applied)
+            twin = eager_load(
+                path, auto_cls=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=applied
+            )
     except LoadguardError:
         raise
     except Exception as error:
@@ -59,7 +63,12 @@ def run_row(path: str, mode: str, model_class: str, *, broken=None, failure=None
 
     if broken is not None:
         crash = broken.crash
-        failure = RunFailure("raised", f"the loaded model raised {crash.describe()}; the reference runs the same call", crash.module, crash.location)
+        failure = RunFailure(
+            "raised",
+            f"the loaded model raised {crash.describe()}; the reference runs the same call",
+            crash.module,
+            crash.location,
+        )
         findings = broken.tensors
     return Row.from_run(str(path), model_class, mode, findings, failure)
 

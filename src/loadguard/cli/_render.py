@@ -52,7 +52,14 @@ def _grouped(findings: Iterable[Finding]) -> list[tuple[str, list[Finding]]]:
     """Findings that differ only by layer index, as one row each."""
     groups: dict[tuple, list[Finding]] = {}
     for finding in findings:
-        key = (_INDEX.sub("{}", finding.tensor), finding.kind, finding.check, finding.status, finding.dtype, finding.shape)
+        key = (
+            _INDEX.sub("{}", finding.tensor),
+            finding.kind,
+            finding.check,
+            finding.status,
+            finding.dtype,
+            finding.shape,
+        )
         groups.setdefault(key, []).append(finding)
     return [(collapse_names(f.tensor for f in group)[0], group) for group in groups.values()]
 
@@ -71,10 +78,14 @@ def findings_table(findings: Iterable[Finding], title: str | None = None) -> Tab
         table.add_column(column, overflow="fold")
     for name, group in _grouped(findings):
         first = group[0]
-        kind = {"parameter": "parameter", "attribute": "attribute"}.get(first.kind) or ("buffer" if first.persistent else "np buffer")
+        kind = {"parameter": "parameter", "attribute": "attribute"}.get(first.kind) or (
+            "buffer" if first.persistent else "np buffer"
+        )
         style = _STATUS_STYLE.get(first.status)
         status = styled(f"[{style}]{{}}[/]", first.status) if style else first.status
-        table.add_row(name, kind, first.check, status, first.dtype, "x".join(map(str, first.shape)) or "scalar", _diff(group))
+        table.add_row(
+            name, kind, first.check, status, first.dtype, "x".join(map(str, first.shape)) or "scalar", _diff(group)
+        )
     return table
 
 
@@ -107,12 +118,18 @@ def check_lines(report: AuditReport) -> list[str]:
 
 def workaround_line(outcome: dict[str, Any]) -> str:
     """One workaround outcome (its JSON form) as a report prints it."""
-    line = f"workaround {outcome['name']} ({outcome['stage']}): {outcome['status']}" + (f", {outcome['detail']}" if outcome["detail"] else "")
+    line = f"workaround {outcome['name']} ({outcome['stage']}): {outcome['status']}" + (
+        f", {outcome['detail']}" if outcome["detail"] else ""
+    )
     return line + (f" ({outcome['auto']})" if outcome.get("auto") else "")
 
 
 def print_report(console: Console, report: AuditReport, repair: RepairResult | None = None) -> None:
-    verdict = Markup("[bold green]clean[/]") if report.ok else styled("[bold red]{} tensor(s) wrong[/]", len(report.failures))
+    verdict = (
+        Markup("[bold green]clean[/]")
+        if report.ok
+        else styled("[bold red]{} tensor(s) wrong[/]", len(report.failures))
+    )
     console.print(styled("[bold]{}[/] ({}): {}", report.model, report.model_class, verdict))
     if report.findings:
         console.print(findings_table(report.findings))
@@ -124,10 +141,14 @@ def print_report(console: Console, report: AuditReport, repair: RepairResult | N
         console.print(workaround_line(outcome.to_dict()), highlight=False, soft_wrap=True)
     if repair is not None:
         if repair.repaired:
-            console.print(f"repaired {len(repair.repaired)}: {', '.join(collapse_names(repair.repaired))}", highlight=False)
+            console.print(
+                f"repaired {len(repair.repaired)}: {', '.join(collapse_names(repair.repaired))}", highlight=False
+            )
         for item in repair.unrepaired:
             console.print(styled("[red]not repairable[/] {}: {}", item.tensor, item.reason), highlight=False)
-        console.print(Markup("after repair: " + ("[bold green]clean[/]" if repair.ok else "[bold red]still broken[/]")))
+        console.print(
+            Markup("after repair: " + ("[bold green]clean[/]" if repair.ok else "[bold red]still broken[/]"))
+        )
 
 
 def report_json(report: AuditReport, repair: RepairResult | None = None, **extra: Any) -> str:
@@ -158,7 +179,5 @@ def next_step(report: AuditReport, repaired: RepairResult | None) -> str | None:
     if not repaired.ok:
         return "some tensors have no value anywhere: give them an _init_weights branch, or load a checkpoint that holds them"
     if checks_hit & {Check.NON_PERSISTENT_BUFFER.value, Check.META_LEFTOVER.value}:
-        return (
-            f"load with loadguard.load(...) (on_problem='repair'), or add an _init_weights branch that rebuilds {names}"
-        )
+        return f"load with loadguard.load(...) (on_problem='repair'), or add an _init_weights branch that rebuilds {names}"
     return "load with loadguard.load(...) (on_problem='repair'); the lasting fix is an _init_weights that leaves loaded weights alone"

@@ -12,7 +12,14 @@ from ..errors import InvalidOptionError
 from ._common import note
 
 
-def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], *, what: str, valid: Callable[[dict], bool] | None = None) -> dict:
+def read(
+    path: str,
+    keys: Sequence[Hashable],
+    key_of: Callable[[dict], Hashable | None],
+    *,
+    what: str,
+    valid: Callable[[dict], bool] | None = None,
+) -> dict:
     """The rows FILE holds for ``keys``, by key (``key_of`` a row's key, None for a line that is not a row; a line an
     interruption cut short is ignored); says how many are there and how many to go. A row ``valid`` refuses (a shape
     no run of this version writes: edited, or from another version) is never trusted: its key is done again, and the
@@ -39,7 +46,9 @@ def read(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable 
     except FileNotFoundError:
         pass
     except OSError as error:
-        raise InvalidOptionError(f"--resume {path}: {error.strerror}", "pass a file this run can read and append to") from None
+        raise InvalidOptionError(
+            f"--resume {path}: {error.strerror}", "pass a file this run can read and append to"
+        ) from None
     refused -= set(done)
     if refused:
         note(f"{path}: {len(refused)} row(s) of the wrong shape, not trusted: done again")
@@ -67,8 +76,15 @@ def appending(path: str):
         yield write
 
 
-def resumed(path: str, keys: Sequence[Hashable], key_of: Callable[[dict], Hashable | None], run, *, what: str,
-            valid: Callable[[dict], bool] | None = None) -> list[dict]:
+def resumed(
+    path: str,
+    keys: Sequence[Hashable],
+    key_of: Callable[[dict], Hashable | None],
+    run,
+    *,
+    what: str,
+    valid: Callable[[dict], bool] | None = None,
+) -> list[dict]:
     """:func:`read`, then ``run(todo, write)`` for the keys FILE lacks, which calls ``write(row)`` as each finishes and
     returns ``{key: row}``. Rows in the order of ``keys``."""
     done = read(path, keys, key_of, what=what, valid=valid)

@@ -25,16 +25,58 @@ from ._output import write
 @click.command()
 @limits_options
 @loading_options
-@click.option("--repair", "do_repair", is_flag=True,
-              help="Also repair in memory and re-audit (never writes to PATH): exit 0 when every finding was repaired and the re-audit is clean.")
-@click.option("--exit-non-zero-on-repair", "strict_repair", is_flag=True, help="With --repair: exit 1 when anything needed repairing (a gate that fails on any broken load).")
-@format_option("json", "sarif", "github", "junit", help="sarif: code scanning; github: workflow annotations (+ $GITHUB_STEP_SUMMARY); junit: a CI test report.")
-@click.option("--reproducer", "reproducer_dir", default=None, type=click.Path(file_okay=False, resolve_path=True), metavar="DIR",
-              help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
-                   "to attach to an upstream issue.")
+@click.option(
+    "--repair",
+    "do_repair",
+    is_flag=True,
+    help="Also repair in memory and re-audit (never writes to PATH): exit 0 when every finding was repaired and the re-audit is clean.",
+)
+@click.option(
+    "--exit-non-zero-on-repair",
+    "strict_repair",
+    is_flag=True,
+    help="With --repair: exit 1 when anything needed repairing (a gate that fails on any broken load).",
+)
+@format_option(
+    "json",
+    "sarif",
+    "github",
+    "junit",
+    help="sarif: code scanning; github: workflow annotations (+ $GITHUB_STEP_SUMMARY); junit: a CI test report.",
+)
+@click.option(
+    "--reproducer",
+    "reproducer_dir",
+    default=None,
+    type=click.Path(file_okay=False, resolve_path=True),
+    metavar="DIR",
+    help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
+    "to attach to an upstream issue.",
+)
 @baseline_options
-@click.option("--timings", is_flag=True, help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same document).")
-def audit(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, do_repair, strict_repair, fmt, reproducer_dir, baseline_file, write_baseline, timings):
+@click.option(
+    "--timings",
+    is_flag=True,
+    help="JSON: add the seconds each stage took (left out otherwise, so two runs print the same document).",
+)
+def audit(
+    path,
+    trust_remote_code,
+    auto_class,
+    dtype,
+    device,
+    poison,
+    workarounds,
+    strict_stale,
+    placement,
+    do_repair,
+    strict_repair,
+    fmt,
+    reproducer_dir,
+    baseline_file,
+    write_baseline,
+    timings,
+):
     """Load PATH with from_pretrained and report every tensor that is not what its code and checkpoint define.
 
     Exit code 0: the model as loaded is clean (with --repair: or every finding was repaired and the re-audit is
@@ -43,8 +85,15 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
 
     try:
         model, early = load_model(
-            path, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, placement=placement, poison=poison,
-            workarounds=workarounds, strict_stale=strict_stale,
+            path,
+            trust_remote_code=trust_remote_code,
+            auto_class=auto_class,
+            dtype=dtype,
+            device=device,
+            placement=placement,
+            poison=poison,
+            workarounds=workarounds,
+            strict_stale=strict_stale,
         )
     except LoadguardError as error:  # a machine format still gets its document: this model, not checked, and why
         write(fmt, _NotLoaded(str(path), error))
@@ -53,11 +102,15 @@ def audit(path, trust_remote_code, auto_class, dtype, device, poison, workaround
     from .._audit import repair as run_repair
 
     # the model as loaded is what the exit code and `ok` describe
-    report, after_workarounds = _audit.audit_after_load(model, registry.resolve(workarounds), path, early=early, strict=strict_stale)
+    report, after_workarounds = _audit.audit_after_load(
+        model, registry.resolve(workarounds), path, early=early, strict=strict_stale
+    )
     rows = apply_baseline([Row.from_report(report, str(path))], baseline_file, write_baseline)
     if rows is None:
         return ExitCode.CLEAN
-    report = dataclasses.replace(report, findings=rows[0].findings)  # known findings (a baseline) are neither shown nor failing
+    report = dataclasses.replace(
+        report, findings=rows[0].findings
+    )  # known findings (a baseline) are neither shown nor failing
     current = after_workarounds or report
     repaired = run_repair(model, current) if do_repair and not current.ok else None
     if reproducer_dir and not report.ok:
@@ -89,8 +142,14 @@ class _Audited:
         from ._render import report_json
 
         after = self.after_workarounds
-        extra = {"after_workarounds": None if after is None else {"ok": after.ok, "findings": [f.to_dict() for f in after.findings]}}
-        document = json.loads(report_json(self.report, self.repaired, schema_version=SCHEMA_VERSION, error=None, **extra))
+        extra = {
+            "after_workarounds": None
+            if after is None
+            else {"ok": after.ok, "findings": [f.to_dict() for f in after.findings]}
+        }
+        document = json.loads(
+            report_json(self.report, self.repaired, schema_version=SCHEMA_VERSION, error=None, **extra)
+        )
         if not self.timings:
             document.pop("seconds", None)
         return document
@@ -103,7 +162,12 @@ class _Audited:
 
         print_report(out, self.report, self.repaired)
         if self.after_workarounds is not None:
-            out.print(Markup("after workarounds: " + ("[bold green]clean[/]" if self.after_workarounds.ok else "[bold red]still broken[/]")))
+            out.print(
+                Markup(
+                    "after workarounds: "
+                    + ("[bold green]clean[/]" if self.after_workarounds.ok else "[bold red]still broken[/]")
+                )
+            )
         hint = next_step(self.after_workarounds or self.report, self.repaired)
         if hint:
             err.print(styled("[bold]Hint:[/] {}", hint), highlight=False)
@@ -119,9 +183,18 @@ class _NotLoaded:
 
     def document(self) -> dict:
 
-        return {"schema_version": SCHEMA_VERSION, "model": self.path, "ok": False, "findings": [],
-                "error": {"kind": type(self.error).__name__, "message": self.error.message, "hint": hint_for(self.error, "cli"),
-                          "fixes": list(self.error.fixes)}}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.path,
+            "ok": False,
+            "findings": [],
+            "error": {
+                "kind": type(self.error).__name__,
+                "message": self.error.message,
+                "hint": hint_for(self.error, "cli"),
+                "fixes": list(self.error.fixes),
+            },
+        }
 
     def rows(self) -> list[Row]:
 
@@ -139,9 +212,15 @@ def _write_reproducers(model, report, folder, path, auto_class, trust_remote_cod
 
     cls = _hf.resolve_class(auto_class, _files.read_config(path, trust_remote_code))
     name = cls.__name__ if hasattr(transformers, cls.__name__) else "AutoModel"
-    kwargs = {"trust_remote_code": trust_remote_code, **({"dtype": dtype} if dtype not in (None, "auto") else {}), **placement}
+    kwargs = {
+        "trust_remote_code": trust_remote_code,
+        **({"dtype": dtype} if dtype not in (None, "auto") else {}),
+        **placement,
+    }
     applied = [w.name for w in early if w.status == WorkaroundStatus.APPLIED]
-    written = write_reproducers(report, folder, model=str(path), auto_class=name, from_pretrained=kwargs, workarounds=applied)
+    written = write_reproducers(
+        report, folder, model=str(path), auto_class=name, from_pretrained=kwargs, workarounds=applied
+    )
     for script in written:
         stderr().print(f"wrote {script} (python {script}: exit 1 while it is wrong)", highlight=False)
 
@@ -150,7 +229,10 @@ def _write_reproducers(model, report, folder, path, auto_class, trust_remote_cod
     diff = upstream_patch(model, report)  # what transformers' own classes leave wrong, fixed where transformers would
     if diff:
         (Path(folder) / "transformers-upstream.diff").write_text(diff)
-        stderr().print(f"wrote {Path(folder) / 'transformers-upstream.diff'} (the same change against transformers' source, for a pull request)", highlight=False)
+        stderr().print(
+            f"wrote {Path(folder) / 'transformers-upstream.diff'} (the same change against transformers' source, for a pull request)",
+            highlight=False,
+        )
     unsupported = sorted({f.check for f in report.failures} - {p.stem.removeprefix("reproduce_") for p in written})
     if unsupported:
         stderr().print(f"no reproducer for: {', '.join(unsupported)}", highlight=False)

@@ -19,14 +19,55 @@ from ._reference import Crashed, attribute_crash, reference_runner, run_row
 @click.command()
 @limits_options
 @loading_options
-@click.option("--prompt", "prompts", multiple=True, help="Prompt (repeatable). Default: the zoo entry's, else a built-in set.")
-@click.option("--image", "image_paths", multiple=True, type=click.Path(dir_okay=False), help="Image for every prompt (repeatable).")
+@click.option(
+    "--prompt", "prompts", multiple=True, help="Prompt (repeatable). Default: the zoo entry's, else a built-in set."
+)
+@click.option(
+    "--image",
+    "image_paths",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Image for every prompt (repeatable).",
+)
 @click.option("--max-tokens", default=8, show_default=True, type=click.IntRange(1, 4096))
 @click.option("--num-logprobs", default=5, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--repair", "do_repair", is_flag=True, help="Audit and repair the from_pretrained model before generating: exit 0 when the repaired outputs agree.")
-@click.option("--exit-non-zero-on-repair", "strict_repair", is_flag=True, help="With --repair: exit 1 when anything needed repairing, even if the outputs then agree.")
-@format_option("json", "sarif", "github", "junit", help="sarif, github, junit: what differs, at the line of code behind it (as audit's).")
-def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarounds, strict_stale, placement, prompts, image_paths, max_tokens, num_logprobs, do_repair, strict_repair, fmt):
+@click.option(
+    "--repair",
+    "do_repair",
+    is_flag=True,
+    help="Audit and repair the from_pretrained model before generating: exit 0 when the repaired outputs agree.",
+)
+@click.option(
+    "--exit-non-zero-on-repair",
+    "strict_repair",
+    is_flag=True,
+    help="With --repair: exit 1 when anything needed repairing, even if the outputs then agree.",
+)
+@format_option(
+    "json",
+    "sarif",
+    "github",
+    "junit",
+    help="sarif, github, junit: what differs, at the line of code behind it (as audit's).",
+)
+def compare(
+    path,
+    trust_remote_code,
+    auto_class,
+    dtype,
+    device,
+    poison,
+    workarounds,
+    strict_stale,
+    placement,
+    prompts,
+    image_paths,
+    max_tokens,
+    num_logprobs,
+    do_repair,
+    strict_repair,
+    fmt,
+):
     """Greedy-generate with (A) PATH as from_pretrained leaves it and (B) the same checkpoint loaded eagerly,
     then check_logprobs_close. Exit 0 agree, 1 differ (or A raises where B runs), 2 could not run."""
     from .._files import read_config
@@ -37,8 +78,17 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     from ..runner import guarded
 
     prompt_list, images, runner = cases_and_runner(
-        path, prompts, image_paths, trust_remote_code=trust_remote_code, auto_class=auto_class, dtype=dtype, device=device, placement=placement,
-        poison=poison, workarounds=workarounds, strict_stale=strict_stale,
+        path,
+        prompts,
+        image_paths,
+        trust_remote_code=trust_remote_code,
+        auto_class=auto_class,
+        dtype=dtype,
+        device=device,
+        placement=placement,
+        poison=poison,
+        workarounds=workarounds,
+        strict_stale=strict_stale,
     )
     model = runner.model
     report = repaired = None
@@ -46,14 +96,27 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
         report = audit(model, path)
         repaired = repair(model, report) if not report.ok else None
     # each side runs in its own guard: a crash of the loaded model is a finding once the reference runs the same call
-    a, crash = guarded(model, lambda: runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images))
-    twin_runner = reference_runner(path, runner, auto_class=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=workarounds)
-    b, reference_crash = guarded(twin_runner.model, lambda: twin_runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images))
-    broken = attribute_crash(path, model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds)
-    next_step = command_line("compare", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
+    a, crash = guarded(
+        model, lambda: runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images)
+    )
+    twin_runner = reference_runner(
+        path, runner, auto_class=auto_class, trust_remote_code=trust_remote_code, dtype=dtype, workarounds=workarounds
+    )
+    b, reference_crash = guarded(
+        twin_runner.model,
+        lambda: twin_runner.generate_greedy_logprobs_limit(prompt_list, max_tokens, num_logprobs, images=images),
+    )
+    broken = attribute_crash(
+        path, model, crash, reference_crash, trust_remote_code=trust_remote_code, workarounds=workarounds
+    )
+    next_step = command_line(
+        "compare", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",)
+    )
     if broken is not None:
         if do_repair:
-            audit_line = command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",))
+            audit_line = command_line(
+                "audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",)
+            )
             hint = f"the repair did not fix it: '{audit_line}' says what it could not repair"
         else:
             hint = f"'{next_step}' repairs those tensors in memory and compares again"
@@ -69,9 +132,27 @@ def compare(path, trust_remote_code, auto_class, dtype, device, poison, workarou
     ok = not failure_text
     wrong = ()  # outputs differ: what the audit finds wrong in the model that produced them
     if not ok:
-        wrong = (repaired.after if repaired is not None else report if report is not None else audit(model, path)).failures
-    write(fmt, _Compared(str(path), type(model).__name__, prompt_list, images, a, b, name_a, failure_text, tuple(wrong), report, repaired,
-                         tuple(runner.workarounds), next_step))
+        wrong = (
+            repaired.after if repaired is not None else report if report is not None else audit(model, path)
+        ).failures
+    write(
+        fmt,
+        _Compared(
+            str(path),
+            type(model).__name__,
+            prompt_list,
+            images,
+            a,
+            b,
+            name_a,
+            failure_text,
+            tuple(wrong),
+            report,
+            repaired,
+            tuple(runner.workarounds),
+            next_step,
+        ),
+    )
     return ExitCode.CLEAN if ok and not (strict_repair and repaired is not None) else ExitCode.FINDINGS
 
 
@@ -105,14 +186,20 @@ class _Compared:
             "crash": None,
             "wrong_tensors": [f.to_dict() for f in self.wrong],
             "audit": self.report.to_dict() if self.report is not None else None,
-            "repair": None if self.repaired is None else {"repaired": list(self.repaired.repaired), "ok": self.repaired.ok},
+            "repair": None
+            if self.repaired is None
+            else {"repaired": list(self.repaired.repaired), "ok": self.repaired.ok},
             "workarounds": [w.to_dict() for w in self.workarounds],
         }
 
     def rows(self):
         from ..formats import RunFailure
 
-        failure = RunFailure("differ", f"greedy outputs differ from the reference's: {self.failure_text.splitlines()[0]}") if self.failure_text else None
+        failure = (
+            RunFailure("differ", f"greedy outputs differ from the reference's: {self.failure_text.splitlines()[0]}")
+            if self.failure_text
+            else None
+        )
         return [run_row(self.path, "compare", self.model_class, failure=failure, findings=self.wrong)]
 
     def table(self, out, err) -> None:
@@ -139,6 +226,12 @@ class _Compared:
             for finding in self.wrong:
                 out.print(f"  {finding.tensor} ({finding.status}): {finding.detail}", highlight=False, markup=False)
         else:
-            out.print("the audit finds no wrong tensor: the outputs differ for another reason (dtype, kernels, code the load ran)", highlight=False)
+            out.print(
+                "the audit finds no wrong tensor: the outputs differ for another reason (dtype, kernels, code the load ran)",
+                highlight=False,
+            )
         if self.repaired is None:
-            err.print(styled("[bold]Hint:[/] '{}' repairs them in memory and compares again", self.next_step), highlight=False)
+            err.print(
+                styled("[bold]Hint:[/] '{}' repairs them in memory and compares again", self.next_step),
+                highlight=False,
+            )

@@ -18,13 +18,19 @@ def config(fmt):
     where it came from. Command-line flags override every value."""
 
     project = settings.load()
-    rows = [{"key": key, "value": project.get(key), "source": project.origin(key), "sets": settings.KEYS[key][2]} for key in settings.KEYS]
+    rows = [
+        {"key": key, "value": project.get(key), "source": project.origin(key), "sets": settings.KEYS[key][2]}
+        for key in settings.KEYS
+    ]
     if fmt == "json":
         emit(json.dumps({"file": str(project.source) if project.source else None, "settings": rows}, indent=2))
         return 0
     from rich.table import Table
 
-    table = Table(header_style="bold", title=f"loadguard configuration ({project.source or 'no [tool.loadguard] table found: defaults'})")
+    table = Table(
+        header_style="bold",
+        title=f"loadguard configuration ({project.source or 'no [tool.loadguard] table found: defaults'})",
+    )
     for column in ("key", "value", "from", "sets"):
         table.add_column(column)
     for row in rows:

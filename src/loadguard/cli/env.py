@@ -58,9 +58,15 @@ def self_test() -> dict:
             with poison():
                 model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
             loaded = dict(model.named_buffers(remove_duplicate=False))
-            broken = sorted(k for k, v in truth.items() if loaded[k].device.type == "meta" or not torch.equal(loaded[k], v))
+            broken = sorted(
+                k for k, v in truth.items() if loaded[k].device.type == "meta" or not torch.equal(loaded[k], v)
+            )
     except Exception as error:
-        return {"ran": False, "reason": f"{type(error).__name__}: {error}", "seconds": round(time.perf_counter() - start, 2)}
+        return {
+            "ran": False,
+            "reason": f"{type(error).__name__}: {error}",
+            "seconds": round(time.perf_counter() - start, 2),
+        }
     return {
         "ran": True,
         "preserves_non_persistent_buffers": not broken,
@@ -80,7 +86,9 @@ def env(fmt):
         import torch
 
         # the build, not only the distribution's version: 2.14.1+cu130 and 2.14.1+cpu behave differently (memory, kernels)
-        versions["torch build"] = f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'})"
+        versions["torch build"] = (
+            f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'})"
+        )
         versions["cuda"] = torch.version.cuda if torch.cuda.is_available() else "not available"
     except Exception:
         versions["cuda"] = "unknown"
@@ -93,7 +101,9 @@ def env(fmt):
     if not test["ran"]:
         emit(f"- self-test: could not run ({test['reason']})")
     elif test["preserves_non_persistent_buffers"]:
-        emit(f"- non-persistent buffers survive from_pretrained: yes ({test['checked']} of {test['checked']} intact; measured in {test['seconds']} s)")
+        emit(
+            f"- non-persistent buffers survive from_pretrained: yes ({test['checked']} of {test['checked']} intact; measured in {test['seconds']} s)"
+        )
     else:
         emit(
             f"- non-persistent buffers survive from_pretrained: NO ({len(test['broken'])} of {test['checked']} "

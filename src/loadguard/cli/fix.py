@@ -19,18 +19,54 @@ from ._output import write
 
 @click.command()
 @click.argument("paths", nargs=-1, metavar="[MODEL]...")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, resolve_path=True), metavar="DIR",
-              help="Where the fixed copy goes (new or empty; with several models or --from, one subfolder per model).")
-@click.option("--from", "from_file", default=None, metavar="FILE", help="A file with one model folder or Hub id per line (# comments).")
-@click.option("--trust-remote-code", is_flag=True, help="Run the model's own code (read it first): fix runs it in each load (the audit, both proofs).")
-@click.option("--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names.")
-@click.option("--workaround", "workarounds", multiple=True, metavar="NAME",
-              help="What the original's load may use (default: auto). Each one it needed becomes a source edit: the fixed copy needs none.")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, resolve_path=True),
+    metavar="DIR",
+    help="Where the fixed copy goes (new or empty; with several models or --from, one subfolder per model).",
+)
+@click.option(
+    "--from",
+    "from_file",
+    default=None,
+    metavar="FILE",
+    help="A file with one model folder or Hub id per line (# comments).",
+)
+@click.option(
+    "--trust-remote-code",
+    is_flag=True,
+    help="Run the model's own code (read it first): fix runs it in each load (the audit, both proofs).",
+)
+@click.option(
+    "--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names."
+)
+@click.option(
+    "--workaround",
+    "workarounds",
+    multiple=True,
+    metavar="NAME",
+    help="What the original's load may use (default: auto). Each one it needed becomes a source edit: the fixed copy needs none.",
+)
 @workarounds_from_option()
-@click.option("--no-verify", "no_verify", is_flag=True,
-              help="Write the change without proving it (faster; the output and LOADGUARD_FIX.md say it is unverified).")
-@format_option("json", "markdown", help="json: each change with its findings and proofs; markdown: the pull-request description.")
-@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Models fixed at once (a fleet: each in a child process of its own).")
+@click.option(
+    "--no-verify",
+    "no_verify",
+    is_flag=True,
+    help="Write the change without proving it (faster; the output and LOADGUARD_FIX.md say it is unverified).",
+)
+@format_option(
+    "json", "markdown", help="json: each change with its findings and proofs; markdown: the pull-request description."
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Models fixed at once (a fleet: each in a child process of its own).",
+)
 @executor_option
 def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, fmt, jobs, executor):
     """Write a copy of MODEL whose code loads right on transformers 5, with LOADGUARD_FIX.md and loadguard-fix.diff.
@@ -56,10 +92,16 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
     taken: set[str] = set()
-    items = [(target, str(Path(out) / _subfolder(target, taken)), trust_remote_code, auto_class, chosen, not no_verify) for target in targets]
+    items = [
+        (target, str(Path(out) / _subfolder(target, taken)), trust_remote_code, auto_class, chosen, not no_verify)
+        for target in targets
+    ]
     note(f"fixing {len(items)} models into {out} ({executor.name}, {jobs} at a time)")
     outcomes = executor.map(_fix_item, items, jobs=jobs, prepare=_prepare)
-    results = [o.value if o.ok else _Failed(target, f"its process failed: {o.error}", "") for (target, *_), o in zip(items, outcomes)]
+    results = [
+        o.value if o.ok else _Failed(target, f"its process failed: {o.error}", "")
+        for (target, *_), o in zip(items, outcomes)
+    ]
     write(fmt, _Fixed(results))
     if any(isinstance(r, _Failed) for r in results):
         return ExitCode.PARTIAL
@@ -109,7 +151,14 @@ def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workaround
     folder = model_folder(target)
     quiet_transformers()
     with progress(f"Fixing {target}: loading, patching, proving on two transformers"):
-        return run_fix(folder, out, trust_remote_code=trust_remote_code, workarounds=workarounds, auto_class=auto_class, verify=verify)
+        return run_fix(
+            folder,
+            out,
+            trust_remote_code=trust_remote_code,
+            workarounds=workarounds,
+            auto_class=auto_class,
+            verify=verify,
+        )
 
 
 @dataclass(frozen=True)
@@ -122,7 +171,12 @@ class _Failed:
     ok = False
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "status": "could_not_run", "ok": False, "error": {"message": self.message, "hint": self.hint or None}}
+        return {
+            "model": self.model,
+            "status": "could_not_run",
+            "ok": False,
+            "error": {"message": self.message, "hint": self.hint or None},
+        }
 
 
 @dataclass(frozen=True)
@@ -137,7 +191,12 @@ class _Fixed:
     def markdown(self) -> str:
         from .._fix import notes
 
-        return "\n\n".join(notes(r) if not isinstance(r, _Failed) else f"# {r.model}\n\ncould not run: {r.to_dict()['error']['message']}\n" for r in self.results)
+        return "\n\n".join(
+            notes(r)
+            if not isinstance(r, _Failed)
+            else f"# {r.model}\n\ncould not run: {r.to_dict()['error']['message']}\n"
+            for r in self.results
+        )
 
     def table(self, out, err) -> None:
         from rich.table import Table
@@ -146,8 +205,18 @@ class _Fixed:
             grid = Table("model", "status", "changes", "left for a person", "why")
             for r in self.results:
                 data = r.to_dict()
-                why = data["error"]["message"] if isinstance(r, _Failed) else "; ".join(p["detail"] for p in data["proofs"] if p["ok"] is False)
-                grid.add_row(r.model, data["status"], str(len(data.get("changes", []))), str(len(data.get("refused", []))), why[:120])
+                why = (
+                    data["error"]["message"]
+                    if isinstance(r, _Failed)
+                    else "; ".join(p["detail"] for p in data["proofs"] if p["ok"] is False)
+                )
+                grid.add_row(
+                    r.model,
+                    data["status"],
+                    str(len(data.get("changes", []))),
+                    str(len(data.get("refused", []))),
+                    why[:120],
+                )
             out.print(grid)
             return
         _print_one(self.results[0], out, err)
@@ -155,19 +224,42 @@ class _Fixed:
 
 def _print_one(result, out, err) -> None:
 
-    headline = {FixStatus.FIXED: "[bold green]fixed[/]", FixStatus.PARTLY: "[bold yellow]partly fixed[/]", FixStatus.NOT_FIXED: "[bold red]not fixed[/]",
-                FixStatus.CLEAN: "[bold green]clean[/]: the load was right, nothing to change", FixStatus.UNVERIFIED: "[bold yellow]written, not proven[/]"}
-    out.print(styled("{}: {}{}", result.model, Markup(headline[result.status]), f" -> {result.out}" if result.out else ""), highlight=False)
+    headline = {
+        FixStatus.FIXED: "[bold green]fixed[/]",
+        FixStatus.PARTLY: "[bold yellow]partly fixed[/]",
+        FixStatus.NOT_FIXED: "[bold red]not fixed[/]",
+        FixStatus.CLEAN: "[bold green]clean[/]: the load was right, nothing to change",
+        FixStatus.UNVERIFIED: "[bold yellow]written, not proven[/]",
+    }
+    out.print(
+        styled("{}: {}{}", result.model, Markup(headline[result.status]), f" -> {result.out}" if result.out else ""),
+        highlight=False,
+    )
     for change in result.changes:
         out.print(f"  changed {change.file}: {change.description}", highlight=False)
     for refusal in result.refused:
         where = f" [at {refusal.location}]" if refusal.location else ""
-        out.print(f"  left for a person: {refusal.tensor + ': ' if refusal.tensor else ''}{refusal.reason}{where}", highlight=False)
+        out.print(
+            f"  left for a person: {refusal.tensor + ': ' if refusal.tensor else ''}{refusal.reason}{where}",
+            highlight=False,
+        )
     if result.upstream:
-        out.print("  the change transformers itself needs: --format json's \"upstream\" diff, or `loadguard audit MODEL --reproducer DIR`", highlight=False)
+        out.print(
+            '  the change transformers itself needs: --format json\'s "upstream" diff, or `loadguard audit MODEL --reproducer DIR`',
+            highlight=False,
+        )
     for proof in result.proofs:
         mark = Markup({True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok])
-        out.print(styled("  proof on transformers {}, {}: {}: {}", proof.transformers, proof.name.replace('_', ' '), mark, proof.detail), highlight=False)
+        out.print(
+            styled(
+                "  proof on transformers {}, {}: {}: {}",
+                proof.transformers,
+                proof.name.replace("_", " "),
+                mark,
+                proof.detail,
+            ),
+            highlight=False,
+        )
     if result.status == FixStatus.UNVERIFIED and not result.proofs:
         err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
     if result.out:

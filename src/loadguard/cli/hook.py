@@ -50,7 +50,10 @@ def hook(command: str, words: tuple[str, ...]) -> int:
         run = cli.get_command(ctx, command)
     if command == "scan":  # one fleet
         return run.main(args=[*folders, *arguments], prog_name=f"loadguard {command}", standalone_mode=False)
-    codes = [run.main(args=[folder, *arguments], prog_name=f"loadguard {command}", standalone_mode=False) for folder in folders]
+    codes = [
+        run.main(args=[folder, *arguments], prog_name=f"loadguard {command}", standalone_mode=False)
+        for folder in folders
+    ]
     if all(code == ExitCode.COULD_NOT_RUN for code in codes):
         return ExitCode.COULD_NOT_RUN
     if any(code == ExitCode.COULD_NOT_RUN for code in codes):

@@ -72,7 +72,9 @@ def summarize(runs: list[dict]) -> dict:
         present = [r for r in results if r is not None]
         fingerprints = [r["fingerprint"] if r else None for r in results]
         first = present[0]
-        first_run = next((i for i, r in enumerate(results) if r is not None and r["fingerprint"] != first["fingerprint"]), None)
+        first_run = next(
+            (i for i, r in enumerate(results) if r is not None and r["fingerprint"] != first["fingerprint"]), None
+        )
         token = None
         if first_run is not None:
             where = _first_difference(first["tokens"], results[first_run]["tokens"])
@@ -94,15 +96,32 @@ def summarize(runs: list[dict]) -> dict:
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.option("-n", "--runs", "count", type=click.IntRange(1, 1000), default=10, show_default=True, help="How many times to run.")
-@click.option("--poison", is_flag=True, help="Run loads under loadguard.poison() (--loadguard-poison).")
-@click.option("--loadguard", "policy", type=click.Choice(["off", "warn", "fail", "repair"]), default="off", show_default=True, help="The plugin's policy in every run.")
 @click.option(
-    "-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+    "-n", "--runs", "count", type=click.IntRange(1, 1000), default=10, show_default=True, help="How many times to run."
+)
+@click.option("--poison", is_flag=True, help="Run loads under loadguard.poison() (--loadguard-poison).")
+@click.option(
+    "--loadguard",
+    "policy",
+    type=click.Choice(["off", "warn", "fail", "repair"]),
+    default="off",
+    show_default=True,
+    help="The plugin's policy in every run.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
     help="Runs at once, each a fresh pytest-xdist worker (needs pytest-xdist).",
 )
 @click.option(
-    "--workarounds-from", "workaround_files", multiple=True, metavar="FILE.py", type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    "--workarounds-from",
+    "workaround_files",
+    multiple=True,
+    metavar="FILE.py",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
     help="A Python file that registers workarounds, imported by every run's pytest (repeatable).",
 )
 @format_option("json")
@@ -115,21 +134,41 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
 
     if jobs > 1:
         if importlib.util.find_spec("xdist") is None:
-            raise LoadguardError("--jobs needs pytest-xdist, which is not installed here", "pip install pytest-xdist, or leave out --jobs to run one process at a time")
+            raise LoadguardError(
+                "--jobs needs pytest-xdist, which is not installed here",
+                "pip install pytest-xdist, or leave out --jobs to run one process at a time",
+            )
         if any(_XDIST_ARGS.match(arg) for arg in pytest_args):
-            raise LoadguardError("--jobs and a pytest -n/--dist after -- both ask for xdist workers", "keep one: loadguard repeat --jobs J, or pytest's own -n after --")
+            raise LoadguardError(
+                "--jobs and a pytest -n/--dist after -- both ask for xdist workers",
+                "keep one: loadguard repeat --jobs J, or pytest's own -n after --",
+            )
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="loadguard-repeat-") as workdir:
         while len(runs) < count:
             batch = min(jobs, count - len(runs))
             record = os.path.join(workdir, f"run-{len(runs)}.json")
-            command = [sys.executable, "-m", "pytest", *pytest_args, "-q", "-p", "no:cacheprovider", f"--loadguard={policy}", f"--loadguard-record={record}"]
+            command = [
+                sys.executable,
+                "-m",
+                "pytest",
+                *pytest_args,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--loadguard={policy}",
+                f"--loadguard-record={record}",
+            ]
             if poison:
                 command.append("--loadguard-poison")
             command += [f"--loadguard-workarounds-from={os.path.abspath(file)}" for file in workaround_files]
             if jobs > 1:
                 command += ["-n", str(batch), "--dist", "each"]
-            label = f"run {len(runs) + 1} of {count}" if batch == 1 else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"
+            label = (
+                f"run {len(runs) + 1} of {count}"
+                if batch == 1
+                else f"runs {len(runs) + 1}-{len(runs) + batch} of {count}"
+            )
             with progress(label, after=0.0 if fmt == "table" and stderr().is_terminal else 1e9):
                 completed = subprocess.run(command, capture_output=True, text=True, **procs.subprocess_options())
             new = []
@@ -148,7 +187,12 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
         raise LoadguardError("the pytest arguments selected no tests", "pass test paths or -k expressions after --")
     flawless = all(t["passed"] == t["runs"] for t in tests.values())
     if fmt == "json":
-        emit(json.dumps({"runs": count, "jobs": jobs, "poison": poison, "policy": policy, "ok": flawless, "tests": tests}, indent=2))
+        emit(
+            json.dumps(
+                {"runs": count, "jobs": jobs, "poison": poison, "policy": policy, "ok": flawless, "tests": tests},
+                indent=2,
+            )
+        )
     else:
         from rich.table import Table
 
@@ -165,15 +209,22 @@ def repeat(count, poison, policy, jobs, workaround_files, fmt, pytest_args):
                 str(t["distinct_outcomes"]),
                 "-" if t["first_differing_run"] is None else str(t["first_differing_run"]),
                 "-" if token is None else f"prompt {token['prompt']}, token {token['position']}",
-                " ".join((f or "-")[:8] for f in t["fingerprints"][:8]) + (" ..." if len(t["fingerprints"]) > 8 else ""),
+                " ".join((f or "-")[:8] for f in t["fingerprints"][:8])
+                + (" ..." if len(t["fingerprints"]) > 8 else ""),
             )
         out = stdout()
         out.print(table)
         for nodeid, t in tests.items():
             for finding in t["findings"]:
                 out.print(f"{test_name(nodeid)}: loadguard found {finding}", highlight=False)
-        verdict = "stable: every run passed" if flawless else (
-            "flaky: outcomes differ between runs" if any(t["distinct_outcomes"] > 1 for t in tests.values()) else "failing the same way every run"
+        verdict = (
+            "stable: every run passed"
+            if flawless
+            else (
+                "flaky: outcomes differ between runs"
+                if any(t["distinct_outcomes"] > 1 for t in tests.values())
+                else "failing the same way every run"
+            )
         )
         out.print(verdict, highlight=False)
     return ExitCode.CLEAN if flawless else ExitCode.FINDINGS

@@ -19,7 +19,11 @@ def _verdict(failing: dict[str, str]) -> str:
 
 @click.command()
 @format_option("json")
-@click.option("--cached", is_flag=True, help="Show the record of this combination when there is one, instead of running it again.")
+@click.option(
+    "--cached",
+    is_flag=True,
+    help="Show the record of this combination when there is one, instead of running it again.",
+)
 def selfcheck(fmt, cached):
     """Run the scan's self-check now and record it: tiny zoo models, one per failure mode, each scanned without
     weights and audited after a full load; the two verdicts must agree tensor for tensor.
@@ -40,10 +44,16 @@ def selfcheck(fmt, cached):
 
             result = check.run(scan)
     if fmt == "json":
-        emit(json.dumps({**result.to_dict(), "record": str(check.record_path()), "proven": check.proven_versions()}, indent=2))
+        emit(
+            json.dumps(
+                {**result.to_dict(), "record": str(check.record_path()), "proven": check.proven_versions()}, indent=2
+            )
+        )
     else:
         out = stdout()
-        table = Table(header_style="bold", title=f"scan self-check: transformers {result.transformers}, torch {result.torch}")
+        table = Table(
+            header_style="bold", title=f"scan self-check: transformers {result.transformers}, torch {result.torch}"
+        )
         for column in ("model", "covers", "scan predicts", "full audit finds", "agree"):
             table.add_column(column, overflow="fold", ratio=1 if column in ("covers", "scan predicts") else None)
         for case in result.cases:
@@ -51,7 +61,13 @@ def selfcheck(fmt, cached):
                 table.add_row(case.entry, case.covers, case.skipped, "the same", Markup("[yellow]skipped[/]"))
                 continue
             audited = "" if case.error else ("the same" if case.agree else _verdict(case.audited))
-            table.add_row(case.entry, case.covers, case.error or _verdict(case.predicted), audited, Markup("[green]yes[/]" if case.agree else "[bold red]NO[/]"))
+            table.add_row(
+                case.entry,
+                case.covers,
+                case.error or _verdict(case.predicted),
+                audited,
+                Markup("[green]yes[/]" if case.agree else "[bold red]NO[/]"),
+            )
         out.print(table)
         for case in result.cases:
             if case.invisible:
@@ -60,7 +76,9 @@ def selfcheck(fmt, cached):
                     f"constant (no value comparison can see those writes): {', '.join(collapse_names(case.invisible))}",
                     highlight=False,
                 )
-        verdict = Markup("[bold green]passed[/]" if result.ok else "[bold red]FAILED[/]: scans refuse on this transformers")
+        verdict = Markup(
+            "[bold green]passed[/]" if result.ok else "[bold red]FAILED[/]: scans refuse on this transformers"
+        )
         when = f" (recorded {result.ran_at})" if result.cached else ""
         out.print(f"{verdict} in {result.seconds:.1f} s{when}; record: {check.record_path()}", highlight=False)
         out.print(f"proven here: {', '.join(check.proven_versions()) or 'none'}", highlight=False)

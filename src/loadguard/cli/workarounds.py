@@ -41,7 +41,13 @@ def workarounds():
 @workarounds.command("list")
 @click.argument("path", required=False)
 @click.option("--trust-remote-code", is_flag=True, help="Needed to load PATH if it has its own code.")
-@click.option("--workaround", "selection", multiple=True, metavar="NAME", help="Load PATH with these (e.g. 'auto' for code written for older transformers).")
+@click.option(
+    "--workaround",
+    "selection",
+    multiple=True,
+    metavar="NAME",
+    help="Load PATH with these (e.g. 'auto' for code written for older transformers).",
+)
 @workarounds_from_option()
 @format_option("json")
 def list_workarounds(path, trust_remote_code, selection, fmt):
@@ -57,13 +63,22 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
     statuses: dict[str, str] = {}
     if path:
         model, early = load_model(
-            path, trust_remote_code=trust_remote_code, auto_class=None, dtype="auto", device="cpu", poison=True, workarounds=selection
+            path,
+            trust_remote_code=trust_remote_code,
+            auto_class=None,
+            dtype="auto",
+            device="cpu",
+            poison=True,
+            workarounds=selection,
         )
         report = audit(model, path)
         runner = HfRunner.from_model(model, auto_workarounds=False)
         statuses = {item.name: _status(item, model, report, runner) for item in items}
         for outcome in early:  # before_import: what this load did with them
-            word = {WorkaroundStatus.APPLIED: WorkaroundStatus.NEEDED, WorkaroundStatus.NOT_APPLICABLE: "not applicable"}.get(outcome.status, outcome.status)
+            word = {
+                WorkaroundStatus.APPLIED: WorkaroundStatus.NEEDED,
+                WorkaroundStatus.NOT_APPLICABLE: "not applicable",
+            }.get(outcome.status, outcome.status)
             statuses[outcome.name] = f"{word}: " + (outcome.detail or WorkaroundStatus.APPLIED)
     rows = [
         {
@@ -83,7 +98,10 @@ def list_workarounds(path, trust_remote_code, selection, fmt):
         emit(json.dumps({"model": path, "workarounds": rows, "entry_point_errors": broken}, indent=2))
         return ExitCode.CLEAN
     for entry_point, why in sorted(broken.items()):
-        stderr().print(styled("[bold]Warning:[/] workaround entry point {} could not be imported: {}", entry_point, why), highlight=False)
+        stderr().print(
+            styled("[bold]Warning:[/] workaround entry point {} could not be imported: {}", entry_point, why),
+            highlight=False,
+        )
     table = Table(header_style="bold")
     columns = ["name", "stage", "source", "reason", "upstream"] + (["status"] if path else [])
     for column in columns:
@@ -103,12 +121,19 @@ def coverage(fmt):
     from ..workarounds import api_coverage, v4_names
 
     tally = api_coverage.tally()
-    reasons = Counter(what for e in v4_names.diff()["entries"] for state, what in [api_coverage.coverage(e["id"])] if state == "declined")
+    reasons = Counter(
+        what
+        for e in v4_names.diff()["entries"]
+        for state, what in [api_coverage.coverage(e["id"])]
+        if state == "declined"
+    )
     if fmt == "json":
         emit(json.dumps({**tally, "declined_reasons": dict(reasons)}, indent=2))
     else:
         out = stdout()
-        out.print(f"API diff transformers {tally['from']} -> {tally['to']}: {tally['entries']} entries", highlight=False)
+        out.print(
+            f"API diff transformers {tally['from']} -> {tally['to']}: {tally['entries']} entries", highlight=False
+        )
         for name, count in sorted(tally["covered"].items(), key=lambda item: -item[1]):
             out.print(f"  given back by {name}: {count}", highlight=False)
         out.print(f"  declined: {tally['declined']}", highlight=False)

@@ -25,7 +25,15 @@ def list_entries(fmt):
 
     entries = zoo_module.entries()
     if fmt == "json":
-        emit(json.dumps([{"name": e.name, "failure_mode": e.failure_mode, "summary": e.summary, "auto_class": e.auto_class} for e in entries], indent=2))
+        emit(
+            json.dumps(
+                [
+                    {"name": e.name, "failure_mode": e.failure_mode, "summary": e.summary, "auto_class": e.auto_class}
+                    for e in entries
+                ],
+                indent=2,
+            )
+        )
         return ExitCode.CLEAN
     table = Table(header_style="bold")
     for column in ("name", "mode", "what it reproduces"):
@@ -53,7 +61,14 @@ def _parse_setting(ctx, param, values):
 @click.argument("name")
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--seed", type=int, default=None, help="Seed for the weights (default: the zoo's).")
-@click.option("--set", "settings", multiple=True, callback=_parse_setting, metavar="KEY=VALUE", help="Config field, e.g. --set hidden_size=1024 --set num_hidden_layers=24.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    callback=_parse_setting,
+    metavar="KEY=VALUE",
+    help="Config field, e.g. --set hidden_size=1024 --set num_hidden_layers=24.",
+)
 def build(name, folder, seed, settings):
     """Write zoo entry NAME as a model folder in FOLDER (new or empty)."""
     from .. import zoo as zoo_module
@@ -65,5 +80,7 @@ def build(name, folder, seed, settings):
     entry = zoo_module.get(name)
     emit(str(path))
     stderr().print(f"Built {name}: {entry.summary}", highlight=False)
-    stderr().print(f"Load it with {entry.auto_class}.from_pretrained({str(path)!r}, trust_remote_code=True)", highlight=False)
+    stderr().print(
+        f"Load it with {entry.auto_class}.from_pretrained({str(path)!r}, trust_remote_code=True)", highlight=False
+    )
     return ExitCode.CLEAN

@@ -57,7 +57,9 @@ def resolve(spec: str | Executor | None) -> Executor:
         return spec
     kind, _, address = spec.partition(":")
     if kind != "ray" or (spec.endswith(":") and not address):
-        raise InvalidOptionError(f"--executor {spec!r} is not an executor", "use local, ray, ray:auto or ray:HOST:PORT")
+        raise InvalidOptionError(
+            f"--executor {spec!r} is not an executor", "use local, ray, ray:auto or ray:HOST:PORT"
+        )
     from ._ray import RayExecutor
 
     return RayExecutor(address or None)

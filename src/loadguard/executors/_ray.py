@@ -42,7 +42,9 @@ def _task(function, item, timeout, memory_limit, prepare, context) -> tuple[Outc
 class RayExecutor:
     def __init__(self, address: str | None = None):
         if importlib.util.find_spec("ray") is None:
-            raise ExecutorError("--executor ray needs Ray, which is not installed here", "pip install 'loadguard[ray]'")
+            raise ExecutorError(
+                "--executor ray needs Ray, which is not installed here", "pip install 'loadguard[ray]'"
+            )
         self.address = address
         self.name = "ray" + (f":{address}" if address else "")
         self.ran_on: dict[int, str] = {}
@@ -54,12 +56,20 @@ class RayExecutor:
         if not ray.is_initialized():
             try:
                 # Ray's own log lines (how it connected, its token mode) off stderr: only errors, as loadguard's
-                ray.init(address=self.address, log_to_driver=False, include_dashboard=False, configure_logging=True,
-                         logging_level=logging.ERROR, ignore_reinit_error=True)
+                ray.init(
+                    address=self.address,
+                    log_to_driver=False,
+                    include_dashboard=False,
+                    configure_logging=True,
+                    logging_level=logging.ERROR,
+                    ignore_reinit_error=True,
+                )
             except (ConnectionError, RuntimeError, ValueError) as error:
                 where = self.address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-                raise ExecutorError(f"could not start or reach the Ray cluster ({where}): {error}",
-                                    "start a cluster with Ray's own 'ray start' (its head node first), or pass --executor ray:HOST:PORT of a running one") from error
+                raise ExecutorError(
+                    f"could not start or reach the Ray cluster ({where}): {error}",
+                    "start a cluster with Ray's own 'ray start' (its head node first), or pass --executor ray:HOST:PORT of a running one",
+                ) from error
         return ray
 
     def slots(self, jobs: int) -> int:
@@ -91,7 +101,10 @@ class RayExecutor:
             if not ready:  # the cluster stopped answering: cancel and report, never wait forever
                 for ref, index in list(pending.items()):
                     ray.cancel(ref, force=True)
-                    done(index, Outcome(False, error=f"no Ray task finished within {stall:g} s: cancelled", killed="timeout"))
+                    done(
+                        index,
+                        Outcome(False, error=f"no Ray task finished within {stall:g} s: cancelled", killed="timeout"),
+                    )
                 for index in queue:
                     done(index, Outcome(False, error="not run: the Ray cluster stopped finishing tasks"))
                 break
@@ -102,7 +115,9 @@ class RayExecutor:
                     self.ran_on[index] = node
                 except ray.exceptions.RayError as error:  # its worker died twice (retried once), or its node went away
                     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                    outcome = Outcome(False, error=f"its Ray worker died (run {RETRIES + 1} times): {type(error).__name__}: {first}")
+                    outcome = Outcome(
+                        False, error=f"its Ray worker died (run {RETRIES + 1} times): {type(error).__name__}: {first}"
+                    )
                 done(index, outcome)
         return [outcomes[index] for index in range(len(items))]
 

@@ -73,7 +73,11 @@ def render(fmt: Format | str, output: Output, *, out=None, err=None) -> str | No
     fmt = Format(fmt)
     if fmt in EMITTED:
         return render_rows(fmt, output.rows(), command=output.command)
-    emitters = {Format.TABLE: lambda o: table.emit(o, out, err), Format.JSON: jsondoc.emit, Format.MARKDOWN: markdown.emit}
+    emitters = {
+        Format.TABLE: lambda o: table.emit(o, out, err),
+        Format.JSON: jsondoc.emit,
+        Format.MARKDOWN: markdown.emit,
+    }
     return emitters[fmt](output)
 
 

@@ -72,12 +72,34 @@ class Row:
         if not row.get("scanned"):
             error = row.get("error")
             if isinstance(error, dict):  # as --format json prints it: {kind, message, hint, fixes}
-                return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=error.get("message"), hint=error.get("hint"))
-            return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), error=error, hint=row.get("hint"))
+                return cls(
+                    row["model"],
+                    row.get("model_class", ""),
+                    "scan",
+                    _local(row["model"]),
+                    error=error.get("message"),
+                    hint=error.get("hint"),
+                )
+            return cls(
+                row["model"],
+                row.get("model_class", ""),
+                "scan",
+                _local(row["model"]),
+                error=error,
+                hint=row.get("hint"),
+            )
         findings = tuple(Finding.from_dict(f) for f in row["findings"])
         checks = tuple(CheckSummary(**c) for c in row.get("checks", ()))
-        return cls(row["model"], row.get("model_class", ""), "scan", _local(row["model"]), findings, checks, revision=row.get("revision"),
-                   checkpoint=row.get("checkpoint"))
+        return cls(
+            row["model"],
+            row.get("model_class", ""),
+            "scan",
+            _local(row["model"]),
+            findings,
+            checks,
+            revision=row.get("revision"),
+            checkpoint=row.get("checkpoint"),
+        )
 
     @classmethod
     def from_audit(cls, document: dict[str, Any], model: str) -> Row:
@@ -114,7 +136,9 @@ class Row:
         """Stable across runs and machines: the model's identity, the tensor (or module) and what is wrong with it."""
         if isinstance(finding, RunFailure):
             return hashlib.sha256(f"{self.identity}|{finding.tensor}|{self.mode}|{finding.kind}".encode()).hexdigest()
-        return hashlib.sha256(f"{self.identity}|{finding.tensor}|{finding.check}|{finding.status}".encode()).hexdigest()
+        return hashlib.sha256(
+            f"{self.identity}|{finding.tensor}|{finding.check}|{finding.status}".encode()
+        ).hexdigest()
 
     def source(self, finding: Finding | RunFailure) -> tuple[str, int, bool] | None:
         """``(path, line, in_model)`` of the finding's code: in the model's folder (a path relative to the current

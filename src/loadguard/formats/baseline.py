@@ -23,7 +23,13 @@ VERSION = 1
 def entries(rows: list[Row]) -> dict[str, dict[str, str]]:
     """Every failing finding of ``rows``: fingerprint -> what it is, in words."""
     return {
-        row.fingerprint(f): {"model": row.model, "identity": row.identity, "tensor": f.tensor, "check": f.check, "status": f.status}
+        row.fingerprint(f): {
+            "model": row.model,
+            "identity": row.identity,
+            "tensor": f.tensor,
+            "check": f.check,
+            "status": f.status,
+        }
         for row in rows
         for f in row.failures
     }
@@ -44,9 +50,13 @@ def read(path: str | Path) -> dict[str, dict[str, str]]:
         if document.get("schema_version") != VERSION or not isinstance(findings, dict):
             raise ValueError(f"schema_version {document.get('schema_version')!r}")
     except OSError as error:
-        raise InvalidOptionError(f"--baseline {path}: {error.strerror}", "write one first with --write-baseline FILE") from None
+        raise InvalidOptionError(
+            f"--baseline {path}: {error.strerror}", "write one first with --write-baseline FILE"
+        ) from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise InvalidOptionError(f"--baseline {path} is not a loadguard baseline ({error})", "write it again with --write-baseline FILE") from None
+        raise InvalidOptionError(
+            f"--baseline {path} is not a loadguard baseline ({error})", "write it again with --write-baseline FILE"
+        ) from None
     return findings
 
 
@@ -74,7 +84,9 @@ def apply(rows: list[Row], baseline: dict[str, dict[str, str]]) -> tuple[list[Ro
                 fresh.append(finding)
         kept.append(dataclasses.replace(row, findings=tuple(fresh)))
     models = {row.identity for row in rows if row.checked}
-    fixed = [entry for fingerprint, entry in baseline.items() if fingerprint not in seen and entry.get("identity") in models]
+    fixed = [
+        entry for fingerprint, entry in baseline.items() if fingerprint not in seen and entry.get("identity") in models
+    ]
     return kept, known, fixed
 
 

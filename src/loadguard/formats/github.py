@@ -21,7 +21,11 @@ def _property(text: str) -> str:
 
 
 def _command(title: str, message: str, file: str | None = None, line: int | None = None) -> str:
-    properties = ([f"file={_property(file)}"] if file else []) + ([f"line={line}"] if file and line else []) + [f"title={_property(title)}"]
+    properties = (
+        ([f"file={_property(file)}"] if file else [])
+        + ([f"line={line}"] if file and line else [])
+        + [f"title={_property(title)}"]
+    )
     return f"::error {','.join(properties)}::{_data(message)}"
 
 
@@ -32,8 +36,16 @@ def summary(rows: list[Row], command: str) -> str:
         if not row.checked:
             verdict, what = "could not check", f"{row.error}" + (f" (Hint: {row.hint})" if row.hint else "")
         else:
-            verdict = "clean" if row.ok else f"{row.run_failure.kind}, {len(row.failures)} wrong" if row.run_failure else f"{len(row.failures)} wrong"
-            what = (f"{row.run_failure.message.splitlines()[0]}; " if row.run_failure else "") + ", ".join(f"`{f.tensor}` ({f.status})" + (f" at `{f.location}`" if f.location else "") for f in row.failures[:8])
+            verdict = (
+                "clean"
+                if row.ok
+                else f"{row.run_failure.kind}, {len(row.failures)} wrong"
+                if row.run_failure
+                else f"{len(row.failures)} wrong"
+            )
+            what = (f"{row.run_failure.message.splitlines()[0]}; " if row.run_failure else "") + ", ".join(
+                f"`{f.tensor}` ({f.status})" + (f" at `{f.location}`" if f.location else "") for f in row.failures[:8]
+            )
             what += f" and {len(row.failures) - 8} more" if len(row.failures) > 8 else ""
         lines.append(f"| {cell(row.model)} | {cell(verdict)} | {cell(what)} |")
     return "\n".join(lines) + "\n"
@@ -43,19 +55,38 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
     out = []
     for row in rows:
         if not row.checked:
-            out.append(_command(f"loadguard: could not check {row.model}", f"{row.error}" + (f"\nHint: {row.hint}" if row.hint else "")))
+            out.append(
+                _command(
+                    f"loadguard: could not check {row.model}",
+                    f"{row.error}" + (f"\nHint: {row.hint}" if row.hint else ""),
+                )
+            )
             continue
         for finding in row.failures:
             source = row.source(finding)
             file, line = (source[0], source[1]) if source and source[2] else (None, None)
             where = f" (made at {finding.location})" if finding.location and not file else ""
-            out.append(_command(f"loadguard: {finding.tensor} {finding.status}", f"{row.model}: {finding.detail}{where}", file, line))
+            out.append(
+                _command(
+                    f"loadguard: {finding.tensor} {finding.status}",
+                    f"{row.model}: {finding.detail}{where}",
+                    file,
+                    line,
+                )
+            )
         if row.run_failure is not None:
             failure = row.run_failure
             source = row.source(failure)
             file, line = (source[0], source[1]) if source and source[2] else (None, None)
             where = f" (at {failure.location})" if failure.location and not file else ""
-            out.append(_command(f"loadguard {command}: {failure.tensor} {failure.kind}", f"{row.model}: {failure.message}{where}", file, line))
+            out.append(
+                _command(
+                    f"loadguard {command}: {failure.tensor} {failure.kind}",
+                    f"{row.model}: {failure.message}{where}",
+                    file,
+                    line,
+                )
+            )
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
         with open(target, "a", encoding="utf-8") as stream:

@@ -11,7 +11,9 @@ from ._rows import Row
 
 
 def _failure_text(findings) -> str:
-    return "\n".join(xml(f"{f.tensor} ({f.status}): {f.detail}" + (f" [at {f.location}]" if f.location else "")) for f in findings)
+    return "\n".join(
+        xml(f"{f.tensor} ({f.status}): {f.detail}" + (f" [at {f.location}]" if f.location else "")) for f in findings
+    )
 
 
 def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
@@ -34,13 +36,17 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
                     ET.SubElement(case, "skipped", {"message": xml(check.reason)})
                 elif failed:
                     counts["failures"] += 1
-                    ET.SubElement(case, "failure", {"message": f"{len(failed)} tensor(s) wrong", "type": check.check}).text = _failure_text(failed)
+                    ET.SubElement(
+                        case, "failure", {"message": f"{len(failed)} tensor(s) wrong", "type": check.check}
+                    ).text = _failure_text(failed)
             continue
         counts["tests"] += 1
         case = _case(suite, f"loadguard.{command}", row.model)
         if not row.checked:
             counts["errors"] += 1
-            ET.SubElement(case, "error", {"message": xml(row.error or ""), "type": "could not check"}).text = xml(row.hint or "")
+            ET.SubElement(case, "error", {"message": xml(row.error or ""), "type": "could not check"}).text = xml(
+                row.hint or ""
+            )
         elif row.run_failure is not None:
             counts["failures"] += 1
             text = xml(row.run_failure.message) + ("\n" + _failure_text(row.failures) if row.failures else "")
@@ -48,7 +54,9 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
             ET.SubElement(case, "failure", {"message": xml(first), "type": xml(row.run_failure.kind)}).text = text
         elif row.failures:
             counts["failures"] += 1
-            ET.SubElement(case, "failure", {"message": f"{len(row.failures)} tensor(s) wrong", "type": "findings"}).text = _failure_text(row.failures)
+            ET.SubElement(
+                case, "failure", {"message": f"{len(row.failures)} tensor(s) wrong", "type": "findings"}
+            ).text = _failure_text(row.failures)
     for element in (root, suite):
         element.attrib.update({k: str(v) for k, v in counts.items()})
     ET.indent(root)

@@ -34,14 +34,23 @@ STATUS_TEXT = {
     Status.OVERWRITTEN: "was overwritten after loading",
 }
 RUN_HELP = {
-    "raised": ("the loaded model raised where its reference runs", "The model as from_pretrained left it raises in this "
-               "module, and the same model built eagerly from its code and checkpoint does not: the tensors the load left "
-               "wrong there are the cause. Repair them (loadguard audit --repair) or rebuild them in _init_weights."),
-    "differ": ("the loaded model's outputs differ from its reference's", "Greedy generation with the model as "
-               "from_pretrained left it differs from the same model built eagerly: the tensors the load left wrong are "
-               "named with it."),
-    "non_finite": ("NaN/Inf first came out of this module", "One forward pass of the loaded model produced NaN/Inf first "
-                   "in this module: the non-finite tensors in it or around it are the likely origin."),
+    "raised": (
+        "the loaded model raised where its reference runs",
+        "The model as from_pretrained left it raises in this "
+        "module, and the same model built eagerly from its code and checkpoint does not: the tensors the load left "
+        "wrong there are the cause. Repair them (loadguard audit --repair) or rebuild them in _init_weights.",
+    ),
+    "differ": (
+        "the loaded model's outputs differ from its reference's",
+        "Greedy generation with the model as "
+        "from_pretrained left it differs from the same model built eagerly: the tensors the load left wrong are "
+        "named with it.",
+    ),
+    "non_finite": (
+        "NaN/Inf first came out of this module",
+        "One forward pass of the loaded model produced NaN/Inf first "
+        "in this module: the non-finite tensors in it or around it are the likely origin.",
+    ),
 }
 
 
@@ -61,7 +70,9 @@ def _rule(check: str, status: str) -> dict[str, Any]:
 
 
 def _site_packages() -> str:
-    paths = [sysconfig.get_paths().get("purelib")] + (site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths = [sysconfig.get_paths().get("purelib")] + (
+        site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    )
     return next((p for p in paths if p and Path(p).is_dir()), "")
 
 
@@ -80,15 +91,24 @@ def _result(row: Row, rule_id: str, text: str, finding, rule_index: int) -> dict
         "level": "error",
         "message": {"text": f"{row.model}: {text}"},
         "partialFingerprints": {"loadguardFinding/v1": row.fingerprint(finding)},
-        "properties": {"model": row.model, "modelClass": row.model_class, "tensor": finding.tensor, "mode": row.mode,
-                       **({"revision": row.revision} if row.revision else {}), **({"checkpoint": row.checkpoint} if row.checkpoint else {})},
+        "properties": {
+            "model": row.model,
+            "modelClass": row.model_class,
+            "tensor": finding.tensor,
+            "mode": row.mode,
+            **({"revision": row.revision} if row.revision else {}),
+            **({"checkpoint": row.checkpoint} if row.checkpoint else {}),
+        },
     }
     location: dict[str, Any] = {"logicalLocations": [{"fullyQualifiedName": finding.tensor, "kind": "member"}]}
     source = row.source(finding)
     if source is not None:
         path, line, in_model = source
         location["physicalLocation"] = {
-            "artifactLocation": {"uri": Path(path).as_posix(), "uriBaseId": "SRCROOT" if in_model else "SITE_PACKAGES"},
+            "artifactLocation": {
+                "uri": Path(path).as_posix(),
+                "uriBaseId": "SRCROOT" if in_model else "SITE_PACKAGES",
+            },
             "region": {"startLine": line},
         }
     result["locations"] = [location]
@@ -104,17 +124,24 @@ def emit(rows: list[Row], *, command: str = "audit") -> str:
             rules.setdefault(rule_id, len(rules))
             results.append(_result(row, rule_id, text, finding, rules[rule_id]))
     notifications = [
-        {"level": "error", "message": {"text": f"{row.model} could not be checked: {row.error}" + (f" Hint: {row.hint}" if row.hint else "")}}
+        {
+            "level": "error",
+            "message": {
+                "text": f"{row.model} could not be checked: {row.error}" + (f" Hint: {row.hint}" if row.hint else "")
+            },
+        }
         for row in rows
         if not row.checked
     ]
     run = {
-        "tool": {"driver": {
-            "name": "loadguard",
-            "version": version("loadguard"),
-            "informationUri": "https://pypi.org/project/loadguard/",
-            "rules": [_rule(*rule_id.split("/", 1)) for rule_id in rules],
-        }},
+        "tool": {
+            "driver": {
+                "name": "loadguard",
+                "version": version("loadguard"),
+                "informationUri": "https://pypi.org/project/loadguard/",
+                "rules": [_rule(*rule_id.split("/", 1)) for rule_id in rules],
+            }
+        },
         "automationDetails": {"id": f"loadguard/{command}/"},
         "originalUriBaseIds": {
             "SRCROOT": {"uri": Path.cwd().as_uri() + "/"},

@@ -38,16 +38,36 @@ from ._workers import pytest_sessionfinish, pytest_testnodedown  # noqa: F401
 
 def pytest_addoption(parser):
     group = parser.getgroup("loadguard", "audit Hugging Face model loads (loadguard)")
-    group.addoption("--loadguard", choices=POLICIES, default=None,
-                    help="audit every from_pretrained: off, warn, fail or repair (default: [tool.loadguard] plugin, else off)")
-    group.addoption("--loadguard-poison", action="store_true", default=None, dest="loadguard_poison",
-                    help="run model loads under loadguard.poison() (leftover memory becomes NaN); the default for every load the plugin "
-                         "audits, as loadguard audit's --poison; also when --loadguard is off ([tool.loadguard] poison)")
-    group.addoption("--loadguard-no-poison", action="store_false", default=None, dest="loadguard_poison",
-                    help="audit loads as they are, without loadguard.poison() (leftover memory may pass for values: statuses may differ from the CLI's)")
-    group.addoption("--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON")
     group.addoption(
-        "--loadguard-workarounds-from", action="append", default=[], metavar="FILE", help="import a Python file that registers workarounds (repeatable)"
+        "--loadguard",
+        choices=POLICIES,
+        default=None,
+        help="audit every from_pretrained: off, warn, fail or repair (default: [tool.loadguard] plugin, else off)",
+    )
+    group.addoption(
+        "--loadguard-poison",
+        action="store_true",
+        default=None,
+        dest="loadguard_poison",
+        help="run model loads under loadguard.poison() (leftover memory becomes NaN); the default for every load the plugin "
+        "audits, as loadguard audit's --poison; also when --loadguard is off ([tool.loadguard] poison)",
+    )
+    group.addoption(
+        "--loadguard-no-poison",
+        action="store_false",
+        default=None,
+        dest="loadguard_poison",
+        help="audit loads as they are, without loadguard.poison() (leftover memory may pass for values: statuses may differ from the CLI's)",
+    )
+    group.addoption(
+        "--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON"
+    )
+    group.addoption(
+        "--loadguard-workarounds-from",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="import a Python file that registers workarounds (repeatable)",
     )
 
 
@@ -94,7 +114,9 @@ def pytest_collection_modifyitems(session, config, items):
     """With ``--loadguard=off``, the hook goes in only for a run whose tests carry a ``loadguard`` marker or ask for a
     loadguard fixture."""
     own = current_session()
-    if not own.installed and any(item.get_closest_marker("loadguard") is not None or uses_a_fixture(item) for item in items):
+    if not own.installed and any(
+        item.get_closest_marker("loadguard") is not None or uses_a_fixture(item) for item in items
+    ):
         install(own)
 
 
@@ -110,4 +132,6 @@ def pytest_unconfigure(config):
             processes["main"] = session.results
         from .._infra import write_atomically
 
-        write_atomically(session.record_path, json.dumps({"processes": processes}, indent=2))  # two runs never mix their halves
+        write_atomically(
+            session.record_path, json.dumps({"processes": processes}, indent=2)
+        )  # two runs never mix their halves

@@ -24,7 +24,9 @@ def hf_runner(request):
 
     def make(model, *args, **kwargs):
         kwargs.setdefault("audit", RUNNER_POLICY[policy_for(request.node, session)])
-        kwargs.setdefault("poison", session.poisons(policy_for(request.node, session)))  # as loadguard audit: poisoned unless switched off
+        kwargs.setdefault(
+            "poison", session.poisons(policy_for(request.node, session))
+        )  # as loadguard audit: poisoned unless switched off
         kwargs.setdefault("workarounds", tuple(settings.get("workarounds", ())))
         kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
         from ..errors import BrokenModelError, LoadguardError, hint_for

@@ -28,7 +28,9 @@ def install(session: Session) -> None:
     if module is not None:
         _patch_from_pretrained(session, module.PreTrainedModel)
         return
-    hook = AfterImport(lambda name: name == _MODELING, lambda module: _patch_from_pretrained(session, module.PreTrainedModel)).install()
+    hook = AfterImport(
+        lambda name: name == _MODELING, lambda module: _patch_from_pretrained(session, module.PreTrainedModel)
+    ).install()
     session.undo.append(hook.remove)
 
 
@@ -55,11 +57,17 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
 
             # transformers' own loading info is the evidence of what was not loaded on purpose: always asked for,
             # handed back only to a caller who asked (any return shape: the model is found in it)
-            with poison() if session.poisons(policy) or registry.decides_on_memory(selection) else contextlib.nullcontext():
+            with (
+                poison()
+                if session.poisons(policy) or registry.decides_on_memory(selection)
+                else contextlib.nullcontext()
+            ):
                 return function(cls, *args, **{**kwargs, "output_loading_info": True})
 
         try:
-            result, early = registry.attempt(attempt, selection, path, _config_of(path), strict=bool(marker(item).get("strict_stale", False)))
+            result, early = registry.attempt(
+                attempt, selection, path, _config_of(path), strict=bool(marker(item).get("strict_stale", False))
+            )
         except Exception as error:
             _name_workarounds(error, selection)
             raise
@@ -71,7 +79,9 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
         loading_info.remember(model, info)
         registry.remember(model, early)
         if policy != "off" or session.poison:
-            _audit_load(model, policy, item, early, reproducer_command(path, kwargs, selection, session.poisons(policy)))
+            _audit_load(
+                model, policy, item, early, reproducer_command(path, kwargs, selection, session.poisons(policy))
+            )
         return result if kwargs.get("output_loading_info") else model
 
     PreTrainedModel.from_pretrained = classmethod(from_pretrained)
@@ -109,8 +119,13 @@ def reproducer_command(path, kwargs: dict, selection, poisoned: bool) -> str:
     from ..errors import command_line
 
     names = [selection] if isinstance(selection, str) else list(selection or ())
-    return command_line("audit", str(path), trust_remote_code=bool(kwargs.get("trust_remote_code")), workarounds=names,
-                        extra=() if poisoned else ("--no-poison",))
+    return command_line(
+        "audit",
+        str(path),
+        trust_remote_code=bool(kwargs.get("trust_remote_code")),
+        workarounds=names,
+        extra=() if poisoned else ("--no-poison",),
+    )
 
 
 def _audit_load(model, policy: str, item, early=(), reproduce: str = "") -> None:
@@ -120,10 +135,14 @@ def _audit_load(model, policy: str, item, early=(), reproduce: str = "") -> None
 
     settings = marker(item)
     chosen = [w for w in registry.resolve(settings.get("workarounds", ())) if w.stage == "after_load"]
-    as_loaded, after = _audit.audit_after_load(model, chosen, early=early, strict=bool(settings.get("strict_stale", False)))
+    as_loaded, after = _audit.audit_after_load(
+        model, chosen, early=early, strict=bool(settings.get("strict_stale", False))
+    )
     report = after or as_loaded
     result = repair(model, report) if not report.ok and policy == "repair" else None
-    attach(model, as_loaded, report, result)  # the same rule as loadguard.load: the report describes the model as the test gets it
+    attach(
+        model, as_loaded, report, result
+    )  # the same rule as loadguard.load: the report describes the model as the test gets it
     observers.notify("load", report=report, repair=result, policy=policy, held=model.loadguard_report)
     if result is not None and not result.ok:  # never let a test compare against a model that is still broken
         from .._audit import UNREPAIRED_HINT, describe_unrepaired

@@ -38,7 +38,6 @@ class Session:
     undo: list = field(default_factory=list)
     installed: bool = False  # the from_pretrained hook: only where a policy, poison or a marker asks for it
 
-
     def poisons(self, policy: str) -> bool:
         """Whether a load under ``policy`` runs under :func:`loadguard.poison`: the same evidence as ``loadguard audit``
         (leftover memory is NaN, so the same status word) unless poison was switched off."""
@@ -95,7 +94,9 @@ def on_event(session: Session, event: str, payload: dict) -> None:
                 "ok": report.ok,
                 "tensors": [f.tensor for f in report.failures],
                 "repaired": None if repaired is None else repaired.ok,
-                WorkaroundStatus.STALE: [[w.name, w.detail] for w in report.workarounds if w.status == WorkaroundStatus.STALE],
+                WorkaroundStatus.STALE: [
+                    [w.name, w.detail] for w in report.workarounds if w.status == WorkaroundStatus.STALE
+                ],
                 Status.INITIALIZED: sum(f.status == Status.INITIALIZED for f in report.findings),
                 "not_run": [c.check for c in report.checks if not c.ran],
                 "not_run_reason": next((c.reason for c in report.checks if not c.ran), ""),
@@ -105,4 +106,17 @@ def on_event(session: Session, event: str, payload: dict) -> None:
         record.comparisons.append(payload)
 
 
-__all__ = ["FIXTURES", "POLICIES", "PATH", "RUNNER_POLICY", "Session", "TestRecord", "current_session", "marker", "on_event", "policy_for", "sessions", "uses_a_fixture"]
+__all__ = [
+    "FIXTURES",
+    "POLICIES",
+    "PATH",
+    "RUNNER_POLICY",
+    "Session",
+    "TestRecord",
+    "current_session",
+    "marker",
+    "on_event",
+    "policy_for",
+    "sessions",
+    "uses_a_fixture",
+]

@@ -39,7 +39,13 @@ def fingerprint(comparisons: list) -> tuple[str | None, list]:
                 if side == "outputs_0":
                     tokens.append(ids)
                 if len(output) == 3:
-                    steps = [{str(k): round(float(getattr(v, "logprob", v)), decimals) for k, v in sorted((step or {}).items())} for step in output[2]]
+                    steps = [
+                        {
+                            str(k): round(float(getattr(v, "logprob", v)), decimals)
+                            for k, v in sorted((step or {}).items())
+                        }
+                        for step in output[2]
+                    ]
                     digest.update(json.dumps(steps).encode())
     return digest.hexdigest()[:16], tokens
 
@@ -87,12 +93,15 @@ def pytest_runtest_makereport(item, call):
         findings = sorted(f"{f.tensor}:{f.status}" for r, _ in (record.loads if record else []) for f in r.failures)
         session.results[item.nodeid] = {
             "outcome": report.outcome,
-            "fingerprint": digest or failure_fingerprint(report.outcome, call.excinfo if report.failed else None, findings),
+            "fingerprint": digest
+            or failure_fingerprint(report.outcome, call.excinfo if report.failed else None, findings),
             "from_outputs": digest is not None,
             "tokens": tokens,
             "message": message,
             "findings": [
-                {"model": r.model, "tensor": f.tensor, "status": f.status} for r, _ in (record.loads if record else []) for f in r.failures
+                {"model": r.model, "tensor": f.tensor, "status": f.status}
+                for r, _ in (record.loads if record else [])
+                for f in r.failures
             ],
         }
 
@@ -104,7 +113,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     loads = session.loads
     terminalreporter.section("loadguard")
     workers = f" in {len(session.workers)} xdist worker(s)" if session.workers else ""
-    terminalreporter.write_line(f"policy {session.policy}, poison {'on' if session.poisons(session.policy) else 'off'}: {len(loads)} model load(s) audited{workers}")
+    terminalreporter.write_line(
+        f"policy {session.policy}, poison {'on' if session.poisons(session.policy) else 'off'}: {len(loads)} model load(s) audited{workers}"
+    )
     by_model: dict[str, list] = {}
     for load in loads:
         by_model.setdefault(load["model"], []).append(load)
@@ -129,4 +140,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"  stale workaround {name}: {detail}")
 
 
-__all__ = ["failure_fingerprint", "fingerprint", "pytest_runtest_makereport", "pytest_runtest_protocol", "pytest_terminal_summary"]
+__all__ = [
+    "failure_fingerprint",
+    "fingerprint",
+    "pytest_runtest_makereport",
+    "pytest_runtest_protocol",
+    "pytest_terminal_summary",
+]

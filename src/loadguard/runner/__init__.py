@@ -7,4 +7,14 @@ from .differential import eager_load
 from .hf_runner import HfRunner, load_processing
 from .trace import TraceResult, trace
 
-__all__ = ["BUILT_IN_PROMPTS", "HfRunner", "TraceResult", "default_cases", "eager_load", "explain", "guarded", "load_processing", "trace"]
+__all__ = [
+    "BUILT_IN_PROMPTS",
+    "HfRunner",
+    "TraceResult",
+    "default_cases",
+    "eager_load",
+    "explain",
+    "guarded",
+    "load_processing",
+    "trace",
+]

@@ -24,7 +24,11 @@ def new_tokens(sequences: torch.Tensor, input_ids: torch.Tensor | None, max_new_
     is long enough to hold it), the whole sequence otherwise (a generate from inputs_embeds)."""
     row = sequences[0]
     prompt = input_ids[0] if input_ids is not None else None
-    if prompt is not None and row.shape[0] > prompt.shape[0] and torch.equal(row[: prompt.shape[0]].to(prompt.device), prompt):
+    if (
+        prompt is not None
+        and row.shape[0] > prompt.shape[0]
+        and torch.equal(row[: prompt.shape[0]].to(prompt.device), prompt)
+    ):
         return row[prompt.shape[0] :].tolist()
     if max_new_tokens is not None and row.shape[0] > max_new_tokens:
         return row[-max_new_tokens:].tolist()

@@ -27,5 +27,4 @@ def default_cases(folder) -> tuple[list[str], list[list] | None]:
     return prompts, per_prompt
 
 
-
 __all__ = ["BUILT_IN_PROMPTS", "default_cases"]

@@ -100,16 +100,26 @@ class BrokenRun:
     scope: str
 
     def describe(self) -> str:
-        lines = [f"the loaded model raised {self.crash.describe()}", "  the reference (built eagerly from code + checkpoint) runs the same call"]
+        lines = [
+            f"the loaded model raised {self.crash.describe()}",
+            "  the reference (built eagerly from code + checkpoint) runs the same call",
+        ]
         if self.tensors:
             lines.append(f"  the load left these wrong {place(self.crash.module, self.scope)}:")
             lines += [f"    {f.tensor} ({f.status}): {f.detail}" for f in self.tensors]
         else:
-            lines.append("  the audit found no wrong tensor: the difference is in code the load ran (workarounds, hooks)")
+            lines.append(
+                "  the audit found no wrong tensor: the difference is in code the load ran (workarounds, hooks)"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"crash": self.crash.to_dict(), "reference": "runs", "scope": self.scope, "tensors": [f.to_dict() for f in self.tensors]}
+        return {
+            "crash": self.crash.to_dict(),
+            "reference": "runs",
+            "scope": self.scope,
+            "tensors": [f.to_dict() for f in self.tensors],
+        }
 
 
 def place(module: str | None, scope: str) -> str:
@@ -152,7 +162,9 @@ def crash_note(model, error: BaseException) -> str:
         return ""
     if not wrong:
         return f"loadguard: {crash.where}; the audit finds no tensor of the model wrong"
-    listed = ", ".join(f"{f.tensor} ({f.status})" for f in wrong[:8]) + (f" and {len(wrong) - 8} more" if len(wrong) > 8 else "")
+    listed = ", ".join(f"{f.tensor} ({f.status})" for f in wrong[:8]) + (
+        f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
+    )
     return f"loadguard: {crash.where}; the load left these wrong {place(crash.module, scope)}: {listed} (runner.audit() has the details)"
 
 

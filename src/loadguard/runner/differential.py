@@ -19,7 +19,12 @@ from ..errors import CheckpointError
 
 
 def eager_load(
-    path: str | os.PathLike, *, auto_cls: Any = None, trust_remote_code: bool = False, dtype: Any = "auto", workarounds: Any = ()
+    path: str | os.PathLike,
+    *,
+    auto_cls: Any = None,
+    trust_remote_code: bool = False,
+    dtype: Any = "auto",
+    workarounds: Any = (),
 ) -> torch.nn.Module:
     """Build the model from its config eagerly (real tensors, ``__init__`` runs as written), then copy in
     every checkpoint tensor that maps onto it. Raises if a checkpoint tensor cannot be placed one to one.
@@ -31,7 +36,6 @@ def eager_load(
     """
     from transformers import AutoConfig
 
-
     config_dict = _files.read_config(path, trust_remote_code)
     cls = _hf.resolve_class(auto_cls, config_dict)
     parsed = _hf.parse_dtype(dtype)
@@ -40,7 +44,11 @@ def eager_load(
         try:
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
             if hasattr(cls, "from_config"):
-                return config, (cls.from_config(config, trust_remote_code=trust_remote_code) if cls.__name__.startswith("Auto") else cls._from_config(config))
+                return config, (
+                    cls.from_config(config, trust_remote_code=trust_remote_code)
+                    if cls.__name__.startswith("Auto")
+                    else cls._from_config(config)
+                )
             return config, cls(config)
         except Exception as error:
             raise _hf.translate(error, path, active) from error

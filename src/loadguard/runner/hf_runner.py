@@ -93,13 +93,27 @@ class HfRunner:
         self.repair: RepairResult | None = None
 
         chosen = registry.resolve(workarounds)
-        load_stage = [w for w in chosen if w.stage != "runner"] + ([registry.AUTO] if registry.wants_auto(workarounds) else [])
+        load_stage = [w for w in chosen if w.stage != "runner"] + (
+            [registry.AUTO] if registry.wants_auto(workarounds) else []
+        )
         self.workarounds: list = []
         if audit == "off":
-            self.model, early = load_unaudited(auto_cls, model, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
-            self.workarounds = early + _audit.after_load(self.model, chosen, strict=strict_stale)  # runs the after_load ones only
+            self.model, early = load_unaudited(
+                auto_cls, model, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs
+            )
+            self.workarounds = early + _audit.after_load(
+                self.model, chosen, strict=strict_stale
+            )  # runs the after_load ones only
         else:
-            self.model = guarded_load(auto_cls, model, on_problem=audit, poison=poison, workarounds=load_stage, strict_stale=strict_stale, **kwargs)
+            self.model = guarded_load(
+                auto_cls,
+                model,
+                on_problem=audit,
+                poison=poison,
+                workarounds=load_stage,
+                strict_stale=strict_stale,
+                **kwargs,
+            )
             self.report = self.model.loadguard_report
             self.report_as_loaded = self.model.loadguard_report_as_loaded
             self.repair = self.model.loadguard_repair
@@ -110,18 +124,29 @@ class HfRunner:
         for patch in patches:  # engine-suite style: a patch adapts the runner in place and returns it
             returned = patch(self)
             if returned is not self:
-                raise TypeError(f"patch {getattr(patch, '__name__', patch)!r} must return the runner it was given, got {type(returned).__name__}")
+                raise TypeError(
+                    f"patch {getattr(patch, '__name__', patch)!r} must return the runner it was given, got {type(returned).__name__}"
+                )
 
     def _apply_runner_workarounds(self, chosen, strict: bool, automatic: bool) -> None:
 
-        outcomes = registry.for_runner(self, chosen, strict=strict, automatic=registry.all_workarounds() if automatic else ())
+        outcomes = registry.for_runner(
+            self, chosen, strict=strict, automatic=registry.all_workarounds() if automatic else ()
+        )
         self.workarounds += outcomes
         if self.report is not None:
             self.report = dataclasses.replace(self.report, workarounds=tuple(self.workarounds))
 
     @classmethod
     def from_model(
-        cls, model, processor=None, tokenizer=None, name: str | None = None, *, workarounds: Sequence[str] = (), auto_workarounds: bool = True
+        cls,
+        model,
+        processor=None,
+        tokenizer=None,
+        name: str | None = None,
+        *,
+        workarounds: Sequence[str] = (),
+        auto_workarounds: bool = True,
     ) -> HfRunner:
         """Wrap an already loaded model (no load, no audit): the generation methods, with the runner-stage
         workarounds named and (``auto_workarounds``) those that apply to the model."""
@@ -163,10 +188,14 @@ class HfRunner:
             images = [images]
         if images:
             if getattr(self.processor, "image_processor", None) is None:
-                raise InvalidOptionError(f"{self.model_name} has no image processor", "pass images only to vision-language models")
+                raise InvalidOptionError(
+                    f"{self.model_name} has no image processor", "pass images only to vision-language models"
+                )
             batch = self.processor(text=prompt, images=list(images), return_tensors="pt")
         else:
-            batch = (self.processor if self.processor is not None else self.tokenizer)(text=prompt, return_tensors="pt")
+            batch = (self.processor if self.processor is not None else self.tokenizer)(
+                text=prompt, return_tensors="pt"
+            )
         # the first device that holds weights (offloaded ones stay on meta; accelerate's hooks move inputs)
         device = next((p.device for p in self.model.parameters() if p.device.type != "meta"), torch.device("cpu"))
         return {k: to_device(v, device) for k, v in dict(batch).items()}
@@ -176,7 +205,10 @@ class HfRunner:
         if images is None:
             return [None] * len(prompts)
         if len(images) != len(prompts):
-            raise InvalidOptionError(f"{len(prompts)} prompts but {len(images)} image entries", "pass one image (or list, or None) per prompt")
+            raise InvalidOptionError(
+                f"{len(prompts)} prompts but {len(images)} image entries",
+                "pass one image (or list, or None) per prompt",
+            )
         return list(images)
 
     def _decode(self, ids: Sequence[int]) -> str:
@@ -216,7 +248,10 @@ class HfRunner:
         if output is None or do_sample or getattr(output, "scores", None) is None:
             return
         if len(output.scores) != len(ids):
-            raise RunnerConsistencyError(f"{self.model_name}: {len(ids)} generated ids but {len(output.scores)} generation steps", _CONSISTENCY_HINT)
+            raise RunnerConsistencyError(
+                f"{self.model_name}: {len(ids)} generated ids but {len(output.scores)} generation steps",
+                _CONSISTENCY_HINT,
+            )
         for step, (token, scores) in enumerate(zip(ids, output.scores)):
             row = scores[0].float()
             if not bool(torch.isfinite(row).any()):
@@ -247,11 +282,18 @@ class HfRunner:
                 results.append((ids, self._decode(ids)))
         return results
 
-    def generate_greedy(self, prompts: Sequence[str], max_tokens: int, images: Sequence[Any] | None = None, **kwargs: Any) -> list[TokensText]:
+    def generate_greedy(
+        self, prompts: Sequence[str], max_tokens: int, images: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[TokensText]:
         return self.generate(prompts, images, do_sample=False, max_new_tokens=max_tokens, **kwargs)
 
     def generate_greedy_logprobs_limit(
-        self, prompts: Sequence[str], max_tokens: int, num_logprobs: int, images: Sequence[Any] | None = None, **kwargs: Any
+        self,
+        prompts: Sequence[str],
+        max_tokens: int,
+        num_logprobs: int,
+        images: Sequence[Any] | None = None,
+        **kwargs: Any,
     ) -> list[TokensTextLogprobs]:
         """Greedy generation with the top ``num_logprobs`` logprobs per generated token.
 
@@ -264,10 +306,18 @@ class HfRunner:
         with torch.no_grad():  # a model's generate may hand back inference-mode tensors
             for prompt, prompt_images in zip(prompts, self._per_prompt(prompts, images)):
                 inputs = self._inputs(prompt, prompt_images)
-                options = {"do_sample": False, "max_new_tokens": max_tokens, "output_hidden_states": True, "output_logits": True, **kwargs}
+                options = {
+                    "do_sample": False,
+                    "max_new_tokens": max_tokens,
+                    "output_hidden_states": True,
+                    "output_logits": True,
+                    **kwargs,
+                }
                 output, ids = self._generate_one(inputs, options)
                 if output is None:
-                    raise InvalidOptionError(f"{self.model_name}'s generate returns no scores", "use generate_greedy for this model")
+                    raise InvalidOptionError(
+                        f"{self.model_name}'s generate returns no scores", "use generate_greedy for this model"
+                    )
                 steps = []
                 for step, logits in enumerate(output.logits):
                     hidden = last_hidden(output, step)
@@ -292,13 +342,19 @@ class HfRunner:
             with torch.no_grad():
                 output = self._run_model(lambda: self.model(**inputs))
             hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
-            mask = inputs.get("attention_mask", torch.ones(hidden.shape[:2], device=hidden.device)).unsqueeze(-1).to(hidden.dtype)
+            mask = (
+                inputs.get("attention_mask", torch.ones(hidden.shape[:2], device=hidden.device))
+                .unsqueeze(-1)
+                .to(hidden.dtype)
+            )
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
             vectors.append(torch.nn.functional.normalize(pooled.float(), dim=-1)[0].tolist())
         return vectors
 
 
-_CONSISTENCY_HINT = "this is a loadguard runner bug or a model whose generate post-processes its tokens: report it with the model"
+_CONSISTENCY_HINT = (
+    "this is a loadguard runner bug or a model whose generate post-processes its tokens: report it with the model"
+)
 
 
 def _near_tie(model) -> float:
@@ -316,7 +372,11 @@ def load_processing(path, trust_remote_code: bool) -> tuple[Any, Any]:
     processor = _optional(lambda: AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code))
     tokenizer = getattr(processor, "tokenizer", None)
     if tokenizer is None:
-        tokenizer = processor if hasattr(processor, "decode") else _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
+        tokenizer = (
+            processor
+            if hasattr(processor, "decode")
+            else _optional(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
+        )
     return (processor if processor is not None else tokenizer), tokenizer
 
 

@@ -64,10 +64,16 @@ def _non_finite(value: Any) -> bool:
 
 def _own_non_finite(module: nn.Module, prefix: str) -> list[str]:
     named = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
-    return [f"{prefix}.{n}" if prefix else n for n, t in named if t is not None and t.device.type != "meta" and _non_finite(t)]
+    return [
+        f"{prefix}.{n}" if prefix else n
+        for n, t in named
+        if t is not None and t.device.type != "meta" and _non_finite(t)
+    ]
 
 
-def trace(model: nn.Module, inputs: Mapping[str, Any] | None = None, *, run: Callable[[], Any] | None = None) -> TraceResult:
+def trace(
+    model: nn.Module, inputs: Mapping[str, Any] | None = None, *, run: Callable[[], Any] | None = None
+) -> TraceResult:
     """Run ``model(**inputs)`` (or ``run()``: e.g. one greedy step through a runner, for models whose
     forward takes its inputs some other way) once with hooks on every module and report where NaN/Inf
     first appears.

@@ -51,13 +51,21 @@ def check_applies(item: Workaround, config: dict) -> None:
 def stale(item: Workaround, what: str, strict: bool) -> WorkaroundOutcome:
     detail = f"{_versions()} {what}; remove workaround {item.name}, upstream {item.upstream}"
     if strict:
-        raise StaleWorkaroundError(f"stale workaround: {detail}", "delete the workaround (strict mode treats a stale workaround as an error)")
+        raise StaleWorkaroundError(
+            f"stale workaround: {detail}", "delete the workaround (strict mode treats a stale workaround as an error)"
+        )
     return WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.STALE, 0, detail, item.upstream)
 
 
 @contextlib.contextmanager
 def before_import(
-    items: Sequence[Workaround], path: Any, config: dict, *, strict: bool = False, auto: dict[str, str] | None = None, check: bool = True
+    items: Sequence[Workaround],
+    path: Any,
+    config: dict,
+    *,
+    strict: bool = False,
+    auto: dict[str, str] | None = None,
+    check: bool = True,
 ) -> Iterator[list[WorkaroundOutcome]]:
     """Run the ``before_import`` workarounds around a load; the yielded list holds their outcomes after.
 
@@ -83,7 +91,11 @@ def before_import(
     for item, usage in usages:
         why = auto.get(item.name, "")
         if usage.count:
-            outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.APPLIED, usage.count, usage.detail, item.upstream, why))
+            outcomes.append(
+                WorkaroundOutcome(
+                    item.name, item.stage, WorkaroundStatus.APPLIED, usage.count, usage.detail, item.upstream, why
+                )
+            )
         else:
             outcomes.append(dataclasses.replace(_unused(item, path, config, strict), auto=why))
 
@@ -111,14 +123,26 @@ def _unused(item: Workaround, path: Any, config: dict, strict: bool) -> Workarou
     if native and item.touches(model_code(path)):
         return stale(item, f"provides what it gives back, which {model_label(config)} uses", strict)
     why = "its code does not use what it gives back" if native else "its load never reached what it gives back"
-    return WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.NOT_APPLICABLE, 0, f"not applicable to {model_label(config)}: {why}", item.upstream)
+    return WorkaroundOutcome(
+        item.name,
+        item.stage,
+        WorkaroundStatus.NOT_APPLICABLE,
+        0,
+        f"not applicable to {model_label(config)}: {why}",
+        item.upstream,
+    )
 
 
 def _describe(error: BaseException) -> str:
-    return getattr(error, "message", None) or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return (
+        getattr(error, "message", None)
+        or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    )
 
 
-def attempt(load: Callable[[tuple[str, ...]], Any], selection: Any, path: Any, config: dict, *, strict: bool = False) -> tuple[Any, list[WorkaroundOutcome]]:
+def attempt(
+    load: Callable[[tuple[str, ...]], Any], selection: Any, path: Any, config: dict, *, strict: bool = False
+) -> tuple[Any, list[WorkaroundOutcome]]:
     """``load(active workaround names)`` inside the selection's ``before_import`` workarounds.
 
     With ``auto`` in the selection, a failure that registered ``before_import`` workarounds declare (and that
@@ -145,7 +169,9 @@ def attempt(load: Callable[[tuple[str, ...]], Any], selection: Any, path: Any, c
 
 
 @contextlib.contextmanager
-def using(selection: str | Sequence[str | Workaround], path: Any = None, *, strict: bool = False) -> Iterator[list[WorkaroundOutcome]]:
+def using(
+    selection: str | Sequence[str | Workaround], path: Any = None, *, strict: bool = False
+) -> Iterator[list[WorkaroundOutcome]]:
     """The named ``before_import`` workarounds around your own ``from_pretrained`` (or construction) of the
     model in ``path``; the yielded list holds their outcomes afterwards.
 
@@ -157,7 +183,9 @@ def using(selection: str | Sequence[str | Workaround], path: Any = None, *, stri
     config = local_config(path) or {}
     items = [w for w in resolve(selection) if w.stage == "before_import"]
     # with no model folder to read, what applies cannot be told: the caller asked for these by name
-    with before_import(items, path, {"_name_or_path": str(path), **config}, strict=strict, check=bool(config)) as outcomes:
+    with before_import(
+        items, path, {"_name_or_path": str(path), **config}, strict=strict, check=bool(config)
+    ) as outcomes:
         yield outcomes
 
 
@@ -177,7 +205,11 @@ def construction(model_or_names: Any, config: dict | None = None, path: Any = No
 
     ``path`` (default: the model's folder, when its ``name_or_path`` is one) is where they look at the
     model's files; ``config`` (default: its config.json there, over ``model.config``) what they read."""
-    names = model_or_names if isinstance(model_or_names, (list, tuple)) else getattr(model_or_names, CONSTRUCTION_ATTRIBUTE, ())
+    names = (
+        model_or_names
+        if isinstance(model_or_names, (list, tuple))
+        else getattr(model_or_names, CONSTRUCTION_ATTRIBUTE, ())
+    )
     if not names:
         yield
         return
@@ -206,7 +238,9 @@ def targets_of(item: Workaround, model: Any, config: dict) -> list[str]:
     return targets
 
 
-def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, strict: bool = False) -> list[WorkaroundOutcome]:
+def predict_after_load(
+    model: Any, items: Sequence[Workaround], report: Any, *, strict: bool = False
+) -> list[WorkaroundOutcome]:
     """A scan's view of the ``after_load`` workarounds: ``needed`` where a target is predicted broken, ``stale``
     where every target is predicted correct. Nothing is applied (there are no weights to apply them to)."""
     outcomes = []
@@ -215,13 +249,24 @@ def predict_after_load(model: Any, items: Sequence[Workaround], report: Any, *, 
         targets = targets_of(item, model, config)
         broken = sorted({f.tensor for f in report.failures} & set(targets))
         if broken:
-            outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.NEEDED, 0, f"predicted broken: {', '.join(broken)}", item.upstream))
+            outcomes.append(
+                WorkaroundOutcome(
+                    item.name,
+                    item.stage,
+                    WorkaroundStatus.NEEDED,
+                    0,
+                    f"predicted broken: {', '.join(broken)}",
+                    item.upstream,
+                )
+            )
         else:
             outcomes.append(stale(item, f"preserves {', '.join(targets)} (predicted)", strict))
     return outcomes
 
 
-def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False, automatic: Sequence[Workaround] = ()) -> list[WorkaroundOutcome]:
+def for_runner(
+    runner: Any, items: Sequence[Workaround], *, strict: bool = False, automatic: Sequence[Workaround] = ()
+) -> list[WorkaroundOutcome]:
     """Apply the ``runner`` workarounds named in ``items`` (they must apply) and those in ``automatic``
     that apply to the runner's model (engine suites patch their reference runner per model)."""
     config = config_of(runner.model)
@@ -236,8 +281,20 @@ def for_runner(runner: Any, items: Sequence[Workaround], *, strict: bool = False
             continue
         result = item.fn(runner)
         if result is not runner:
-            raise WorkaroundError(f"runner workaround {item.name} must return the runner it was given", "return the runner from the patch")
-        outcomes.append(WorkaroundOutcome(item.name, item.stage, WorkaroundStatus.APPLIED, 1, "patched the runner" + (" (applies to this model)" if item in extra else ""), item.upstream))
+            raise WorkaroundError(
+                f"runner workaround {item.name} must return the runner it was given",
+                "return the runner from the patch",
+            )
+        outcomes.append(
+            WorkaroundOutcome(
+                item.name,
+                item.stage,
+                WorkaroundStatus.APPLIED,
+                1,
+                "patched the runner" + (" (applies to this model)" if item in extra else ""),
+                item.upstream,
+            )
+        )
     return outcomes
 
 
@@ -251,7 +308,9 @@ def forget_remote_code(path: str | os.PathLike) -> int:
     """Drop the model's remote-code modules that transformers imported in this process (it caches them by
     content), so the next load imports them afresh. Returns how many were dropped."""
     text = str(path).rstrip("/")
-    stems = {_sanitize(os.path.basename(os.path.normpath(text)))} | {_sanitize(part) for part in text.split("/")[-2:] if part}
+    stems = {_sanitize(os.path.basename(os.path.normpath(text)))} | {
+        _sanitize(part) for part in text.split("/")[-2:] if part
+    }
     dropped = 0
     for name in [n for n in sys.modules if n.startswith("transformers_modules.")]:
         if set(name.split(".")[1:]) & stems:

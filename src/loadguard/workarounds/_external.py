@@ -21,7 +21,10 @@ def load_file(path: str | Path) -> list[str]:
     load_builtins()
     file = Path(path)
     if not file.is_file():
-        raise InvalidOptionError(f"--workarounds-from {path}: no such file", "pass a Python file that registers workarounds with @loadguard.workaround")
+        raise InvalidOptionError(
+            f"--workarounds-from {path}: no such file",
+            "pass a Python file that registers workarounds with @loadguard.workaround",
+        )
     resolved = file.resolve()
     module_name = "loadguard_user_workarounds_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
     before = dict(REGISTRY)

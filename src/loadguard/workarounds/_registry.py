@@ -178,7 +178,9 @@ def workaround(
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
     if name == AUTO:
-        raise ValueError(f"{AUTO!r} is reserved: workarounds='auto' applies the before_import workarounds whose failure matched")
+        raise ValueError(
+            f"{AUTO!r} is reserved: workarounds='auto' applies the before_import workarounds whose failure matched"
+        )
     if stage == "after_load" and targets is None:
         raise ValueError(f"after_load workaround {name!r} needs targets=: the tensors it fixes, for stale detection")
     signatures = tuple(f if isinstance(f, Signature) else Signature(*f) for f in fixes)
@@ -188,8 +190,19 @@ def workaround(
     def register(fn):
         source = _source.get() or f"module {getattr(fn, '__module__', '?')}"
         REGISTRY[name] = Workaround(
-            name, stage, fn, applies_to if callable(applies_to) else tuple(applies_to), reason, upstream, targets, needed, signatures, source,
-            native, source_fix=source_fix, touches=touches,
+            name,
+            stage,
+            fn,
+            applies_to if callable(applies_to) else tuple(applies_to),
+            reason,
+            upstream,
+            targets,
+            needed,
+            signatures,
+            source,
+            native,
+            source_fix=source_fix,
+            touches=touches,
         )
         return fn
 
@@ -220,7 +233,9 @@ def get(name: str) -> Workaround:
     try:
         return REGISTRY[name]
     except KeyError:
-        broken = "".join(f"; entry point {ep} could not be imported ({why})" for ep, why in sorted(_external_errors.items()))
+        broken = "".join(
+            f"; entry point {ep} could not be imported ({why})" for ep, why in sorted(_external_errors.items())
+        )
         raise WorkaroundError(
             f"there is no workaround called {name!r}{broken}",
             f"known: {', '.join(sorted(REGISTRY))} (`loadguard workarounds list`); "

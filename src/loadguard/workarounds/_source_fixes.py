@@ -15,7 +15,9 @@ def _changed(sources: dict[str, str], edited: dict[str, str]) -> dict[str, str]:
     return {name: text for name, text in edited.items() if text != sources[name]}
 
 
-def fallback_import(sources: dict[str, str], name: str, modules: tuple[str, ...], fallback: str) -> tuple[dict[str, str], str]:
+def fallback_import(
+    sources: dict[str, str], name: str, modules: tuple[str, ...], fallback: str
+) -> tuple[dict[str, str], str]:
     """``from <module> import <name>`` of a name transformers 5 removed becomes a ``try`` import with 4.x's meaning as
     the fallback (the same code on 4.x, where the import works)."""
     import libcst as cst
@@ -43,7 +45,9 @@ def fallback_import(sources: dict[str, str], name: str, modules: tuple[str, ...]
         new = tree.visit(Drop())
         if found:
             body = "\n".join("    " + line for line in fallback.splitlines())
-            block = f"try:\n    from {found[0]} import {name}\nexcept ImportError:  # removed in transformers 5\n{body}\n"
+            block = (
+                f"try:\n    from {found[0]} import {name}\nexcept ImportError:  # removed in transformers 5\n{body}\n"
+            )
             edited[file] = define_after_imports(new.code, block)
     return edited, f"imports {name} where transformers has it, else defines it as transformers 4 did"
 
@@ -79,15 +83,24 @@ def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
         new = cst.parse_module(text).visit(Reads()).code
         if count[0]:
             edited[file] = define_after_imports(new, _ROPE_HELPER)
-    return edited, "reads config.rope_scaling through _v4_rope_scaling: plain RoPE is None again, as in transformers 4 configs"
+    return (
+        edited,
+        "reads config.rope_scaling through _v4_rope_scaling: plain RoPE is None again, as in transformers 4 configs",
+    )
 
 
 def llama_attention_imports(sources: dict[str, str]) -> tuple[dict[str, str], str]:
     from .._codemod import import_as
 
     renamed = {"LlamaFlashAttention2": "LlamaAttention", "LlamaSdpaAttention": "LlamaAttention"}
-    edited = {file: import_as(text, "transformers.models.llama.modeling_llama", renamed) for file, text in _python(sources).items()}
-    return _changed(sources, edited), "imports LlamaAttention under the removed LlamaFlashAttention2 / LlamaSdpaAttention names (one class for every kernel since 4.4x)"
+    edited = {
+        file: import_as(text, "transformers.models.llama.modeling_llama", renamed)
+        for file, text in _python(sources).items()
+    }
+    return (
+        _changed(sources, edited),
+        "imports LlamaAttention under the removed LlamaFlashAttention2 / LlamaSdpaAttention names (one class for every kernel since 4.4x)",
+    )
 
 
 def read_with_defaults(sources: dict[str, str], defaults: dict[str, object]) -> tuple[dict[str, str], str]:
@@ -95,13 +108,17 @@ def read_with_defaults(sources: dict[str, str], defaults: dict[str, object]) -> 
 
     edited = {file: config_reads(text, defaults) for file, text in _python(sources).items()} if defaults else {}
     read = sorted(n for n in defaults if any(f".{n}" in text for text in _changed(sources, edited).values()))
-    return _changed(sources, edited), f"reads {', '.join(read) or 'the 4.x config attributes'} with getattr and transformers 4's default"
+    return _changed(
+        sources, edited
+    ), f"reads {', '.join(read) or 'the 4.x config attributes'} with getattr and transformers 4's default"
 
 
 def accepting(sources: dict[str, str], function: str, description: str) -> tuple[dict[str, str], str]:
     from .._codemod import accept_keywords
 
-    return _changed(sources, {file: accept_keywords(text, function) for file, text in _python(sources).items()}), description
+    return _changed(
+        sources, {file: accept_keywords(text, function) for file, text in _python(sources).items()}
+    ), description
 
 
 def renamed_auto_map(sources: dict[str, str], renamed: dict[str, str]) -> tuple[dict[str, str], str]:
@@ -114,8 +131,19 @@ def renamed_auto_map(sources: dict[str, str], renamed: dict[str, str]) -> tuple[
     auto_map = document.get("auto_map") or {}
     if not any(k in renamed for k in auto_map):
         return {}, "no removed auto class in auto_map"
-    document["auto_map"] = {renamed.get(k, k) if renamed.get(k, k) not in auto_map else k: v for k, v in auto_map.items()}
-    return {"config.json": json.dumps(document, indent=2) + "\n"}, "config.json's auto_map names AutoModelForImageTextToText / AutoModelForCausalLM for the removed auto classes"
+    document["auto_map"] = {
+        renamed.get(k, k) if renamed.get(k, k) not in auto_map else k: v for k, v in auto_map.items()
+    }
+    return {
+        "config.json": json.dumps(document, indent=2) + "\n"
+    }, "config.json's auto_map names AutoModelForImageTextToText / AutoModelForCausalLM for the removed auto classes"
 
 
-__all__ = ["accepting", "fallback_import", "llama_attention_imports", "read_with_defaults", "renamed_auto_map", "rope_scaling_reads"]
+__all__ = [
+    "accepting",
+    "fallback_import",
+    "llama_attention_imports",
+    "read_with_defaults",
+    "renamed_auto_map",
+    "rope_scaling_reads",
+]

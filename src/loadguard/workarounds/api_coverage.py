@@ -17,24 +17,42 @@ from .v4_names import diff, provider
 # (entry ids matching the pattern, why no workaround gives it back): the non-name entries
 DECLINED: tuple[tuple[str, str], ...] = (
     (r"^config:_commit_hash$", "Hub bookkeeping transformers set while loading: model code does not read it"),
-    (r"^model:GenerationMixin\.", "generate's internals (cache preparation, prefill chunking): 5.x's generate loop never calls "
-     "them, so code overriding them targets 4.x's loop and must be ported"),
-    (r"^model:PreTrainedModel\.(_create_repo|_fix_state_dict_\w+|_get_key_renaming_mapping|_get_no_split_modules|_load_from_flax|_load_from_tf|"
-     r"_move_missing_keys_from_meta_to_cpu|_set_default_dtype|_tie_encoder_decoder_weights|_flash_attn_[23]_can_dispatch)$",
-     "loading machinery of 4.x that 5.x replaced: 5.x never calls it, so an override is dead code, and nothing calls it from model code"),
-    (r"^model:PreTrainedModel\.(add_memory_hooks|reset_memory_hooks_state|_hook_rss_memory_\w+|to_bettertransformer|reverse_bettertransformer)$",
-     "profiling and BetterTransformer helpers called by users, not by model code: a user's script gets AttributeError and the name"),
-    (r"^model:PreTrainedModel\.(kernelize|tie_embeddings_and_encoder_decoder|prune_heads)$",
-     "replaced in 5.x by set_use_kernels / tie_weights / the model's own _prune_heads: called by users, never during a load"),
-    (r"^signature:\w+\._\w+$", "private machinery whose parameters 5.x changed: model code overriding it targets 4.x's internals"),
-    (r"^signature:PreTrainedModel\.(from_pretrained|save_pretrained|push_to_hub|add_adapter|delete_adapter|set_adapter|load_adapter|"
-     r"get_adapter_state_dict|add_model_tags|dequantize|get_compiled_call|get_init_context|get_correct_attn_implementation|"
-     r"set_attn_implementation|gradient_checkpointing_enable|num_parameters|resize_token_embeddings)$",
-     "public API users call (keywords 5.x kept work as before); remote code does not override these"),
-    (r"^signature:GenerationMixin\.(generate|generate_batch|init_continuous_batching|load_custom_generate|compute_transition_scores)$",
-     "generation entry points users call; an override of generate that calls super().generate with 4.x keywords keeps working"),
-    (r"^signature:GenerationMixin\.prepare_inputs_for_generation$",
-     "5.x calls it with keyword arguments only: a 4.x override taking **kwargs keeps working, one that does not says which keyword"),
+    (
+        r"^model:GenerationMixin\.",
+        "generate's internals (cache preparation, prefill chunking): 5.x's generate loop never calls "
+        "them, so code overriding them targets 4.x's loop and must be ported",
+    ),
+    (
+        r"^model:PreTrainedModel\.(_create_repo|_fix_state_dict_\w+|_get_key_renaming_mapping|_get_no_split_modules|_load_from_flax|_load_from_tf|"
+        r"_move_missing_keys_from_meta_to_cpu|_set_default_dtype|_tie_encoder_decoder_weights|_flash_attn_[23]_can_dispatch)$",
+        "loading machinery of 4.x that 5.x replaced: 5.x never calls it, so an override is dead code, and nothing calls it from model code",
+    ),
+    (
+        r"^model:PreTrainedModel\.(add_memory_hooks|reset_memory_hooks_state|_hook_rss_memory_\w+|to_bettertransformer|reverse_bettertransformer)$",
+        "profiling and BetterTransformer helpers called by users, not by model code: a user's script gets AttributeError and the name",
+    ),
+    (
+        r"^model:PreTrainedModel\.(kernelize|tie_embeddings_and_encoder_decoder|prune_heads)$",
+        "replaced in 5.x by set_use_kernels / tie_weights / the model's own _prune_heads: called by users, never during a load",
+    ),
+    (
+        r"^signature:\w+\._\w+$",
+        "private machinery whose parameters 5.x changed: model code overriding it targets 4.x's internals",
+    ),
+    (
+        r"^signature:PreTrainedModel\.(from_pretrained|save_pretrained|push_to_hub|add_adapter|delete_adapter|set_adapter|load_adapter|"
+        r"get_adapter_state_dict|add_model_tags|dequantize|get_compiled_call|get_init_context|get_correct_attn_implementation|"
+        r"set_attn_implementation|gradient_checkpointing_enable|num_parameters|resize_token_embeddings)$",
+        "public API users call (keywords 5.x kept work as before); remote code does not override these",
+    ),
+    (
+        r"^signature:GenerationMixin\.(generate|generate_batch|init_continuous_batching|load_custom_generate|compute_transition_scores)$",
+        "generation entry points users call; an override of generate that calls super().generate with 4.x keywords keeps working",
+    ),
+    (
+        r"^signature:GenerationMixin\.prepare_inputs_for_generation$",
+        "5.x calls it with keyword arguments only: a 4.x override taking **kwargs keeps working, one that does not says which keyword",
+    ),
 )
 
 
@@ -82,7 +100,14 @@ def tally() -> dict[str, object]:
             declined += 1
         else:
             uncovered.append(entry["id"])
-    return {"from": diff()["from"], "to": diff()["to"], "entries": len(diff()["entries"]), "covered": covered, "declined": declined, "uncovered": uncovered}
+    return {
+        "from": diff()["from"],
+        "to": diff()["to"],
+        "entries": len(diff()["entries"]),
+        "covered": covered,
+        "declined": declined,
+        "uncovered": uncovered,
+    }
 
 
 __all__ = ["DECLINED", "coverage", "tally"]

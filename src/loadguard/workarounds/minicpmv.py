@@ -21,7 +21,11 @@ def _has(module, name: str) -> bool:
 
 
 def _pos_cache_modules(model) -> list[tuple[str, Any]]:
-    return [(name, module) for name, module in model.named_modules() if _has(module, "_set_2d_pos_cache") and _has(module, "pos_embed")]
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if _has(module, "_set_2d_pos_cache") and _has(module, "pos_embed")
+    ]
 
 
 def _pos_cache_targets(model) -> list[str]:

@@ -11,7 +11,22 @@ from pathlib import Path
 
 from ._registry import Usage, workaround
 
-TYPING_ALIASES = ("Any", "Callable", "Dict", "FrozenSet", "Iterable", "Iterator", "List", "Mapping", "Optional", "Sequence", "Set", "Tuple", "Type", "Union")
+TYPING_ALIASES = (
+    "Any",
+    "Callable",
+    "Dict",
+    "FrozenSet",
+    "Iterable",
+    "Iterator",
+    "List",
+    "Mapping",
+    "Optional",
+    "Sequence",
+    "Set",
+    "Tuple",
+    "Type",
+    "Union",
+)
 
 
 def has_remote_code(config: dict) -> bool:
@@ -30,7 +45,10 @@ def _leaked_names(source: str) -> set[str]:
     if not _STAR_IMPORT.search(source):
         return set()  # no such star import: the file is not parsed (every remote-code load asks, for every file)
     tree = ast.parse(source)
-    star = any(isinstance(n, ast.ImportFrom) and n.module == "torch.nn.functional" and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
+    star = any(
+        isinstance(n, ast.ImportFrom) and n.module == "torch.nn.functional" and any(a.name == "*" for a in n.names)
+        for n in ast.walk(tree)
+    )
     if not star:
         return set()
     defined = set()
@@ -60,9 +78,15 @@ def typing_imports(sources: dict[str, str], config: dict, model) -> tuple[dict[s
     """The source fix of ``remote-code-typing-aliases``: each file imports the typing names it uses."""
     from .._codemod import ensure_imports
 
-    changed = {name: ensure_imports(text, [f"from typing import {', '.join(sorted(leaked))}"])
-               for name, text in _python(sources).items() if (leaked := _leaked_names_or_none(text))}
-    return changed, "imports the typing names (List, Optional, ...) it used without importing: current torch no longer leaks them through `from torch.nn.functional import *`"
+    changed = {
+        name: ensure_imports(text, [f"from typing import {', '.join(sorted(leaked))}"])
+        for name, text in _python(sources).items()
+        if (leaked := _leaked_names_or_none(text))
+    }
+    return (
+        changed,
+        "imports the typing names (List, Optional, ...) it used without importing: current torch no longer leaks them through `from torch.nn.functional import *`",
+    )
 
 
 @workaround(
@@ -172,9 +196,18 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
         for cls, value in class_assignments(text, "_tied_weights_keys").items():
             if not value.lstrip().startswith(("[", "(")):
                 continue
-            instance = next((m for m in model.modules() if type(m).__name__ == cls or any(k.__name__ == cls for k in type(m).__mro__)), None)
+            instance = next(
+                (
+                    m
+                    for m in model.modules()
+                    if type(m).__name__ == cls or any(k.__name__ == cls for k in type(m).__mro__)
+                ),
+                None,
+            )
             if instance is None:
-                raise Refused(f"{cls}._tied_weights_keys is a list, and no {cls} in the loaded model says what it ties to")
+                raise Refused(
+                    f"{cls}._tied_weights_keys is a list, and no {cls} in the loaded model says what it ties to"
+                )
             embeddings = instance.get_input_embeddings()
             source = next(n for n, m in instance.named_modules() if m is embeddings) + ".weight"
             mapping = "{" + ", ".join(f"{key!r}: {source!r}" for key in ast.literal_eval(value)) + "}"
@@ -188,7 +221,9 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
             changed[file] = append_to_init(changed[file], target, "self.post_init()")
             classes = _class_sources(changed)
             done.append(f"{target}.__init__ ends with self.post_init()")
-    return {n: t for n, t in changed.items() if t != sources[n]}, "; ".join(done) + " (written for transformers 4.x's tying)"
+    return {n: t for n, t in changed.items() if t != sources[n]}, "; ".join(
+        done
+    ) + " (written for transformers 4.x's tying)"
 
 
 @workaround(
@@ -198,7 +233,10 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     reason="remote code written for transformers 4.x: _tied_weights_keys as a list, or no post_init() call "
     "('... object has no attribute all_tied_weights_keys')",
     upstream="transformers#46620",
-    fixes=[("AttributeError", r"has no attribute 'all_tied_weights_keys'"), ("AttributeError", r"^'list' object has no attribute 'keys'$")],
+    fixes=[
+        ("AttributeError", r"has no attribute 'all_tied_weights_keys'"),
+        ("AttributeError", r"^'list' object has no attribute 'keys'$"),
+    ],
     native=lambda: not hasattr(__import__("transformers").PreTrainedModel, "get_expanded_tied_weights_keys"),  # 4.x
     touches=lambda sources: any(_v4_tied_weights(source) for source in sources),
     source_fix=tied_weights_source,

@@ -66,13 +66,17 @@ def outside_transformers(depth: int = 2) -> bool:
     transformers' own (a model's code, a user's, a test's): 4.x answers are for that code only, transformers
     itself keeps seeing what 5.x gives it."""
     frame = sys._getframe(depth)
-    while frame is not None and frame.f_code.co_name in ("__getattribute__", "__getattr__") and _in_transformers(frame):
+    while (
+        frame is not None and frame.f_code.co_name in ("__getattribute__", "__getattr__") and _in_transformers(frame)
+    ):
         frame = frame.f_back
     return frame is not None and not _in_transformers(frame)
 
 
 @contextlib.contextmanager
-def module_attributes(module: types.ModuleType, provide: dict[str, Callable[[], Any]], usage: Usage) -> Iterator[list[str]]:
+def module_attributes(
+    module: types.ModuleType, provide: dict[str, Callable[[], Any]], usage: Usage
+) -> Iterator[list[str]]:
     """Make ``module`` answer the names in ``provide`` it lacks (``from module import name`` included,
     through a module ``__getattr__``), counting each lookup in ``usage``. Yields the names it provides."""
     missing = {name: factory for name, factory in provide.items() if name not in module.__dict__}
@@ -136,7 +140,9 @@ def attn_mask_utils(path, config: dict) -> Iterator[Usage]:
         return
     from . import _attn_mask_v4
 
-    shim = types.ModuleType(name, "transformers 4.x attention-mask helpers, provided by loadguard's v4-attn-mask-utils workaround")
+    shim = types.ModuleType(
+        name, "transformers 4.x attention-mask helpers, provided by loadguard's v4-attn-mask-utils workaround"
+    )
     used: set[str] = set()
 
     def provider(attribute: str):
@@ -173,14 +179,25 @@ def is_torch_fx_available() -> bool:
     fixes=[("ImportError", r"cannot import name 'is_torch_fx_available' from 'transformers\.utils")],
     native=lambda: _has_attribute("transformers.utils", "is_torch_fx_available"),
     touches=r"\bis_torch_fx_available\b",
-    source_fix=lambda sources, config, model: fallback_import(sources, "is_torch_fx_available", ("transformers.utils", "transformers.utils.import_utils"), "def is_torch_fx_available():\n    return True"),
+    source_fix=lambda sources, config, model: fallback_import(
+        sources,
+        "is_torch_fx_available",
+        ("transformers.utils", "transformers.utils.import_utils"),
+        "def is_torch_fx_available():\n    return True",
+    ),
 )
 @contextlib.contextmanager
 def torch_fx_available(path, config: dict) -> Iterator[Usage]:
     usage = Usage()
-    modules = [importlib.import_module("transformers.utils"), importlib.import_module("transformers.utils.import_utils")]
+    modules = [
+        importlib.import_module("transformers.utils"),
+        importlib.import_module("transformers.utils.import_utils"),
+    ]
     with contextlib.ExitStack() as stack:
-        provided = [stack.enter_context(module_attributes(m, {"is_torch_fx_available": lambda: is_torch_fx_available}, usage)) for m in modules]
+        provided = [
+            stack.enter_context(module_attributes(m, {"is_torch_fx_available": lambda: is_torch_fx_available}, usage))
+            for m in modules
+        ]
         yield usage
     if any(provided):
         usage.detail = "provided transformers.utils.is_torch_fx_available (4.x: True whenever torch is installed)"
@@ -195,7 +212,11 @@ def v4_rope_scaling(parameters: dict | None) -> dict | None:
     rotary embeddings (a config saying ``rope_scaling: null``), the scaling dict otherwise."""
     if parameters is None:
         return None
-    plain = parameters.get("rope_type", "default") == "default" and set(parameters) <= {"rope_type", "rope_theta", "partial_rotary_factor"}
+    plain = parameters.get("rope_type", "default") == "default" and set(parameters) <= {
+        "rope_type",
+        "rope_theta",
+        "partial_rotary_factor",
+    }
     return None if plain else parameters
 
 
@@ -208,7 +229,9 @@ def v4_rope_scaling(parameters: dict | None) -> dict | None:
     upstream="the model's repository (read config.rope_parameters)",
     # the second: 4.3x-era rotary code (Llama's copies) that checks `rope_scaling is None`, then raises on any other type
     fixes=[("KeyError", r"^'type'$"), ("ValueError", r"Unknown RoPE scaling type '?default'?$")],
-    native=lambda: not isinstance(importlib.import_module("transformers").PretrainedConfig.__dict__.get("rope_scaling"), property),
+    native=lambda: (
+        not isinstance(importlib.import_module("transformers").PretrainedConfig.__dict__.get("rope_scaling"), property)
+    ),
     touches=r"rope_scaling\s*(\[|\.get\()",
     source_fix=lambda sources, config, model: rope_scaling_reads(sources),
 )
@@ -236,7 +259,9 @@ def rope_scaling(path, config: dict) -> Iterator[Usage]:
         yield usage
     finally:
         PretrainedConfig.rope_scaling = original
-    usage.detail = "gave the model's code config.rope_scaling = None for plain rotary embeddings, as transformers 4.x did"
+    usage.detail = (
+        "gave the model's code config.rope_scaling = None for plain rotary embeddings, as transformers 4.x did"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -252,7 +277,9 @@ def rope_scaling(path, config: dict) -> Iterator[Usage]:
     "kernel from config._attn_implementation",
     upstream="the model's repository (import LlamaAttention)",
     fixes=[("ImportError", r"cannot import name 'Llama(FlashAttention2|SdpaAttention)'")],
-    native=lambda: _has_attribute("transformers.models.llama.modeling_llama", "LlamaFlashAttention2", "LlamaSdpaAttention"),
+    native=lambda: _has_attribute(
+        "transformers.models.llama.modeling_llama", "LlamaFlashAttention2", "LlamaSdpaAttention"
+    ),
     touches=r"\bLlama(FlashAttention2|SdpaAttention)\b",
     source_fix=lambda sources, config, model: llama_attention_imports(sources),
 )
@@ -264,7 +291,9 @@ def llama_attention_classes(path, config: dict) -> Iterator[Usage]:
     with module_attributes(llama, names, usage) as provided:
         yield usage
     if provided:
-        usage.detail = f"provided {', '.join(provided)} as LlamaAttention (its kernel follows config._attn_implementation)"
+        usage.detail = (
+            f"provided {', '.join(provided)} as LlamaAttention (its kernel follows config._attn_implementation)"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -290,7 +319,9 @@ def _missing_generation_defaults() -> list[str]:
     from transformers import PretrainedConfig
 
     probe = PretrainedConfig()
-    return [name for name in V4_GENERATION_DEFAULTS if not hasattr(probe, name) and name not in PretrainedConfig.__dict__]
+    return [
+        name for name in V4_GENERATION_DEFAULTS if not hasattr(probe, name) and name not in PretrainedConfig.__dict__
+    ]
 
 
 @workaround(
@@ -303,12 +334,16 @@ def _missing_generation_defaults() -> list[str]:
     fixes=[("AttributeError", r"object has no attribute '(" + "|".join(V4_GENERATION_DEFAULTS) + r")'")],
     native=lambda: not _missing_generation_defaults(),
     touches=r"config\.(" + "|".join(V4_GENERATION_DEFAULTS) + r")\b",
-    source_fix=lambda sources, config, model: read_with_defaults(sources, {n: V4_GENERATION_DEFAULTS[n] for n in _missing_generation_defaults()}),
+    source_fix=lambda sources, config, model: read_with_defaults(
+        sources, {n: V4_GENERATION_DEFAULTS[n] for n in _missing_generation_defaults()}
+    ),
 )
 @contextlib.contextmanager
 def config_generation_defaults(path, config: dict) -> Iterator[Usage]:
     usage = Usage()
-    with config_attributes({name: V4_GENERATION_DEFAULTS[name] for name in _missing_generation_defaults()}, config, usage):
+    with config_attributes(
+        {name: V4_GENERATION_DEFAULTS[name] for name in _missing_generation_defaults()}, config, usage
+    ):
         yield usage
     if usage.count:
         usage.detail = "gave the model's code the transformers 4.x generation defaults on its config (max_length 20, ...; config.json's values where it has them)"

@@ -29,7 +29,9 @@ def v4_config_defaults() -> dict[str, Any]:
     return {
         entry["id"].split(":", 1)[1]: entry["v4"]
         for entry in diff()["entries"]
-        if entry["id"].startswith("config:") and entry["id"].split(":", 1)[1] not in V4_GENERATION_DEFAULTS and not entry["id"].startswith("config:_")
+        if entry["id"].startswith("config:")
+        and entry["id"].split(":", 1)[1] not in V4_GENERATION_DEFAULTS
+        and not entry["id"].startswith("config:_")
     }
 
 
@@ -37,7 +39,9 @@ def _missing_config_defaults() -> list[str]:
     from transformers import PretrainedConfig
 
     probe = PretrainedConfig()
-    return [name for name in v4_config_defaults() if not hasattr(probe, name) and name not in PretrainedConfig.__dict__]
+    return [
+        name for name in v4_config_defaults() if not hasattr(probe, name) and name not in PretrainedConfig.__dict__
+    ]
 
 
 @workaround(
@@ -50,7 +54,9 @@ def _missing_config_defaults() -> list[str]:
     fixes=[("AttributeError", r"Config' object has no attribute '(" + "|".join(sorted(v4_config_defaults())) + r")'")],
     native=lambda: not _missing_config_defaults(),
     touches=lambda sources: any(f"config.{name}" in source for source in sources for name in v4_config_defaults()),
-    source_fix=lambda sources, config, model: read_with_defaults(sources, {n: v4_config_defaults()[n] for n in _missing_config_defaults()}),
+    source_fix=lambda sources, config, model: read_with_defaults(
+        sources, {n: v4_config_defaults()[n] for n in _missing_config_defaults()}
+    ),
 )
 @contextlib.contextmanager
 def config_defaults(path, config: dict) -> Iterator[Usage]:
@@ -77,7 +83,9 @@ def get_extended_attention_mask(self, attention_mask, input_shape, device=None, 
         else:
             extended = attention_mask[:, None, None, :]
     else:
-        raise ValueError(f"Wrong shape for input_ids (shape {input_shape}) or attention_mask (shape {attention_mask.shape})")
+        raise ValueError(
+            f"Wrong shape for input_ids (shape {input_shape}) or attention_mask (shape {attention_mask.shape})"
+        )
     extended = extended.to(dtype=dtype)
     return (1.0 - extended) * torch.finfo(dtype).min
 
@@ -109,7 +117,9 @@ def invert_attention_mask(self, encoder_attention_mask):
 
 def _convert_head_mask_to_5d(self, head_mask, num_hidden_layers):
     if head_mask.dim() == 1:
-        head_mask = head_mask.unsqueeze(0).unsqueeze(0).unsqueeze(-1).unsqueeze(-1).expand(num_hidden_layers, -1, -1, -1, -1)
+        head_mask = (
+            head_mask.unsqueeze(0).unsqueeze(0).unsqueeze(-1).unsqueeze(-1).expand(num_hidden_layers, -1, -1, -1, -1)
+        )
     elif head_mask.dim() == 2:
         head_mask = head_mask.unsqueeze(1).unsqueeze(-1).unsqueeze(-1)
     return head_mask.to(dtype=self.dtype)
@@ -203,7 +213,12 @@ def on_new_subclasses(base: type, patch) -> Iterator[None]:
             base.__init_subclass__ = original
 
 
-_BEFORE_4_57 = {"_supports_flash_attn_2", "_supports_cache_class", "_supports_static_cache", "_supports_quantized_cache"}
+_BEFORE_4_57 = {
+    "_supports_flash_attn_2",
+    "_supports_cache_class",
+    "_supports_static_cache",
+    "_supports_quantized_cache",
+}
 
 
 def _missing_model_attributes() -> list[str]:
@@ -268,7 +283,9 @@ def takes_keywords(function, *names: str) -> bool:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return True
-    return all(n in parameters for n in names) or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return all(n in parameters for n in names) or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def _takes_v5_keywords(function) -> bool:
@@ -285,7 +302,11 @@ def _takes_v5_keywords(function) -> bool:
     fixes=[("TypeError", r"tie_weights\(\) got an unexpected keyword argument '(missing_keys|recompute_mapping)'")],
     native=lambda: not _takes_v5_keywords(importlib.import_module("transformers").PreTrainedModel.tie_weights),
     touches=r"def tie_weights\(\s*self\s*\)",
-    source_fix=lambda sources, config, model: accepting(sources, "tie_weights", "tie_weights accepts the keywords transformers 5 passes (missing_keys=, recompute_mapping=)"),
+    source_fix=lambda sources, config, model: accepting(
+        sources,
+        "tie_weights",
+        "tie_weights accepts the keywords transformers 5 passes (missing_keys=, recompute_mapping=)",
+    ),
 )
 @contextlib.contextmanager
 def tie_weights_signature(path, config: dict) -> Iterator[Usage]:
@@ -303,7 +324,9 @@ def tie_weights_signature(path, config: dict) -> Iterator[Usage]:
         def tie_weights(self, missing_keys=None, recompute_mapping=True, **kwargs):
             usage.count += 1
             own(self)  # the 4.x way: the override ties what it ties
-            return PreTrainedModel.tie_weights(self, missing_keys=missing_keys, recompute_mapping=recompute_mapping, **kwargs)
+            return PreTrainedModel.tie_weights(
+                self, missing_keys=missing_keys, recompute_mapping=recompute_mapping, **kwargs
+            )
 
         cls.tie_weights = tie_weights
         adapted.append(cls.__name__)

@@ -10,7 +10,10 @@ from ._registry import Usage, workaround
 from ._source_fixes import renamed_auto_map
 from .remote_code import has_remote_code
 
-V4_AUTO_CLASSES = {"AutoModelForVision2Seq": "AutoModelForImageTextToText", "AutoModelWithLMHead": "AutoModelForCausalLM"}
+V4_AUTO_CLASSES = {
+    "AutoModelForVision2Seq": "AutoModelForImageTextToText",
+    "AutoModelWithLMHead": "AutoModelForCausalLM",
+}
 
 
 @workaround(
@@ -26,7 +29,9 @@ V4_AUTO_CLASSES = {"AutoModelForVision2Seq": "AutoModelForImageTextToText", "Aut
         ("AttributeError", r"has no attribute '(AutoModelForVision2Seq|AutoModelWithLMHead)'"),
     ],
     native=lambda: all(hasattr(__import__("transformers"), name) for name in V4_AUTO_CLASSES),
-    touches=r'"(' + "|".join(V4_AUTO_CLASSES) + r')"\s*:',  # an auto_map entry of config.json (part of what model_code reads)
+    touches=r'"('
+    + "|".join(V4_AUTO_CLASSES)
+    + r')"\s*:',  # an auto_map entry of config.json (part of what model_code reads)
     source_fix=lambda sources, config, model: renamed_auto_map(sources, V4_AUTO_CLASSES),
 )
 @contextlib.contextmanager

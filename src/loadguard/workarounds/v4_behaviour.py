@@ -211,7 +211,10 @@ def _inside_a_constructor() -> bool:
     upstream="the model's repository (build the sub-model from its config: the outer checkpoint holds its weights)",
     # the second: the same nested load where parameters are created on meta (accelerate's init_empty_weights, as a
     # reference is built), refused by hub kernels
-    fixes=[("RuntimeError", r"from_pretrained` with a meta device context manager"), ("ValueError", r"^Unsupported device type 'meta'")],
+    fixes=[
+        ("RuntimeError", r"from_pretrained` with a meta device context manager"),
+        ("ValueError", r"^Unsupported device type 'meta'"),
+    ],
     native=lambda: not _refuses_loads_on_meta(),
     touches=r"\.from_pretrained\(",
     source_fix="cannot be made mechanically: the constructor loads another model; build the sub-model from its config there (the outer checkpoint holds its weights)",
@@ -261,7 +264,11 @@ def _validate_passes_keywords() -> bool:
     fixes=[("TypeError", r"validate\(\) got an unexpected keyword argument '(user_set_attributes|strict)'")],
     native=lambda: not _validate_passes_keywords(),
     touches=r"def validate\(\s*self\s*\)",
-    source_fix=lambda sources, config, model: accepting(sources, "validate", "GenerationConfig.validate accepts the keywords transformers 5 passes (user_set_attributes=, strict=)"),
+    source_fix=lambda sources, config, model: accepting(
+        sources,
+        "validate",
+        "GenerationConfig.validate accepts the keywords transformers 5 passes (user_set_attributes=, strict=)",
+    ),
 )
 @contextlib.contextmanager
 def generation_validate(path, config: dict) -> Iterator[Usage]:

@@ -34,22 +34,40 @@ from .._infra import AfterImport
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
 
-OWNED_ELSEWHERE = {"is_torch_fx_available", "AutoModelForVision2Seq", "AutoModelWithLMHead"}  # v4-torch-fx-available, v4-removed-auto-classes
-_ATTENTION_VARIANT = re.compile(r"^(?P<prefix>[A-Z]\w*?)(FlashAttention2|SdpaAttention|FlashAttention|SdpaSelfAttention)$")
+OWNED_ELSEWHERE = {
+    "is_torch_fx_available",
+    "AutoModelForVision2Seq",
+    "AutoModelWithLMHead",
+}  # v4-torch-fx-available, v4-removed-auto-classes
+_ATTENTION_VARIANT = re.compile(
+    r"^(?P<prefix>[A-Z]\w*?)(FlashAttention2|SdpaAttention|FlashAttention|SdpaSelfAttention)$"
+)
 
 # (names matching the pattern, why no stand-in is given): the diff's entries no workaround serves
 DECLINED: tuple[tuple[str, str], ...] = (
-    (r"^name:transformers\.models\.auto\.modeling_auto:_\w+$", "the auto classes' private lazy stand-ins: the public names are "
-     "v4-removed-auto-classes'"),
-    (r"^name:transformers\.models\.[\w.]+:[A-Z]\w*$", "a layer class of a native model that 5.x restructured or removed: no stand-in can "
-     "give 4.x's behaviour; remote code subclassing it must be ported"),
-    (r"^name:transformers\.models\.[\w.]+:_?[a-z]\w*$", "a helper function of a native model that 5.x removed with no public home: "
-     "remote code that imports it must carry its own copy"),
-    (r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|integrations\.[\w.]+|utils[\w.]*):_\w+$",
-     "transformers' private loading / import machinery: remote code does not import it (a load that does says which name)"),
-    (r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|utils[\w.]*|pytorch_utils):[\w]+$",
-     "a helper 5.x removed with its home and no 4.x meaning for model code to rely on (download/URL, TF/Flax, "
-     "model-parallel and tensor-parallel internals)"),
+    (
+        r"^name:transformers\.models\.auto\.modeling_auto:_\w+$",
+        "the auto classes' private lazy stand-ins: the public names are v4-removed-auto-classes'",
+    ),
+    (
+        r"^name:transformers\.models\.[\w.]+:[A-Z]\w*$",
+        "a layer class of a native model that 5.x restructured or removed: no stand-in can "
+        "give 4.x's behaviour; remote code subclassing it must be ported",
+    ),
+    (
+        r"^name:transformers\.models\.[\w.]+:_?[a-z]\w*$",
+        "a helper function of a native model that 5.x removed with no public home: "
+        "remote code that imports it must carry its own copy",
+    ),
+    (
+        r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|integrations\.[\w.]+|utils[\w.]*):_\w+$",
+        "transformers' private loading / import machinery: remote code does not import it (a load that does says which name)",
+    ),
+    (
+        r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|utils[\w.]*|pytorch_utils):[\w]+$",
+        "a helper 5.x removed with its home and no 4.x meaning for model code to rely on (download/URL, TF/Flax, "
+        "model-parallel and tensor-parallel internals)",
+    ),
 )
 
 
@@ -124,6 +142,7 @@ def _availability(name: str) -> Callable[[], Any] | None:
             return False
 
     if what == "version":
+
         def version() -> str:
             try:
                 return importlib.metadata.version(package.replace("_", "-"))
@@ -133,7 +152,7 @@ def _availability(name: str) -> Callable[[], Any] | None:
         return version
     if name.startswith("_"):
         return installed
-    return lambda: (lambda *args, **kwargs: installed())
+    return lambda: lambda *args, **kwargs: installed()
 
 
 def _make_causal_mask(input_ids_shape, dtype, device, past_key_values_length: int = 0):
@@ -165,7 +184,9 @@ def _bloom_make_causal_mask(input_ids_shape, device, past_key_values_length: int
 
 def _bloom_expand_mask(mask, tgt_length):
     """Older 4.x Bloom: a padding mask (bsz, src) as a boolean mask (bsz, 1, tgt, src), True where padded."""
-    return (~(mask[:, None, None, :].to(bool))).expand(mask.shape[0], 1, tgt_length if tgt_length is not None else mask.shape[1], mask.shape[1])
+    return (~(mask[:, None, None, :].to(bool))).expand(
+        mask.shape[0], 1, tgt_length if tgt_length is not None else mask.shape[1], mask.shape[1]
+    )
 
 
 # helpers native model modules had before 4.57 (so the 4.57 diff cannot list them), still imported by remote code
@@ -189,7 +210,7 @@ def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | 
     if name in OWN:
         return OWN[name]
     if origin is not None and origin.startswith("value:"):
-        value = json.loads(origin[len("value:"):])
+        value = json.loads(origin[len("value:") :])
         return lambda: value
     if origin is not None and _resolves(origin):
         return lambda: _resolve(origin)
@@ -198,10 +219,14 @@ def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | 
         target = f"{variant['prefix']}Attention"
         return (lambda: getattr(importlib.import_module(module), target)) if target in _names(module) else None
     if name.endswith("_ATTENTION_CLASSES"):
-        classes = [n for n in _names(module) if n.endswith(("SelfAttention", "Attention")) and not _ATTENTION_VARIANT.match(n)]
+        classes = [
+            n for n in _names(module) if n.endswith(("SelfAttention", "Attention")) and not _ATTENTION_VARIANT.match(n)
+        ]
         if classes:
             chosen = sorted(classes, key=lambda n: (not n.endswith("SelfAttention"), len(n)))[0]
-            return lambda: dict.fromkeys(("eager", "sdpa", "flash_attention_2"), getattr(importlib.import_module(module), chosen))
+            return lambda: dict.fromkeys(
+                ("eager", "sdpa", "flash_attention_2"), getattr(importlib.import_module(module), chosen)
+            )
         return None
     if name == "logger":
         return lambda: importlib.import_module("transformers.utils.logging").get_logger(module)
@@ -291,7 +316,13 @@ def _imports_a_removed_name(source: str) -> bool:
 
 def _removed_names_pattern() -> str:
     names = sorted({name for gone in removed().values() for name in gone} | set(OLDER))
-    return r"(cannot import name '(" + "|".join(map(re.escape, names)) + r")' from 'transformers|module 'transformers[\w.]*' has no attribute '(" + "|".join(map(re.escape, names)) + r")')"
+    return (
+        r"(cannot import name '("
+        + "|".join(map(re.escape, names))
+        + r")' from 'transformers|module 'transformers[\w.]*' has no attribute '("
+        + "|".join(map(re.escape, names))
+        + r")')"
+    )
 
 
 @workaround(
@@ -326,7 +357,11 @@ def module_names(path, config: dict) -> Iterator[Usage]:
         hook.remove()
         patcher.undo()
     if used:
-        usage.detail = f"gave back {', '.join(sorted(used)[:6])}" + (f" and {len(used) - 6} more" if len(used) > 6 else "") + " (removed in transformers 5)"
+        usage.detail = (
+            f"gave back {', '.join(sorted(used)[:6])}"
+            + (f" and {len(used) - 6} more" if len(used) > 6 else "")
+            + " (removed in transformers 5)"
+        )
 
 
 __all__ = ["DECLINED", "OWN", "declined", "diff", "module_names", "provider", "removed"]

@@ -31,4 +31,14 @@ def entry_of(folder) -> ZooEntry | None:
         return None
 
 
-__all__ = ["ENTRIES", "ExpectedFinding", "ZooEntry", "build", "build_model", "demo_images", "entries", "entry_of", "get"]
+__all__ = [
+    "ENTRIES",
+    "ExpectedFinding",
+    "ZooEntry",
+    "build",
+    "build_model",
+    "demo_images",
+    "entries",
+    "entry_of",
+    "get",
+]

@@ -49,7 +49,9 @@ _TOY_FILES = ("configuration_lgtoy.py", "modeling_lgtoy.py")
 def _toy_variant(name: str, config_class: str, model_class: str) -> _Family:
     """The toy LM behind remote code of its own (a model type of its own, so transformers registers a class
     of its own for it); its weights are the toy's."""
-    return _Family("lgtoy", name, config_class, model_class, _TOY_FILES + (f"configuration_{name}.py", f"modeling_{name}.py"))
+    return _Family(
+        "lgtoy", name, config_class, model_class, _TOY_FILES + (f"configuration_{name}.py", f"modeling_{name}.py")
+    )
 
 
 _FAMILIES = {

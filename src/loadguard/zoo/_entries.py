@@ -6,7 +6,10 @@ from ..errors import UnknownZooEntryError
 from ..report import Status
 from ._entry import TOY_NP, ExpectedFinding, ZooEntry
 
-_VLM_PROMPTS = ("(<image>./</image>) describe what you see .", "(<image>./</image>) (<image>./</image>) what do you see ?")
+_VLM_PROMPTS = (
+    "(<image>./</image>) describe what you see .",
+    "(<image>./</image>) (<image>./</image>) what do you see ?",
+)
 # MiniCPM-V 2.6's remote code fails on transformers 5 in this order, each fixed by the next workaround
 _MINICPMV_FAILURES = (
     ("v4-attn-mask-utils", "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"),
@@ -123,7 +126,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "(v5: no attribute 'all_tied_weights_keys'); once loaded, its buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-tied-weights-keys", "AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'"),),
+            failures=(
+                (
+                    "v4-tied-weights-keys",
+                    "AttributeError: 'LgV4ForCausalLM' object has no attribute 'all_tied_weights_keys'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_attn_mask",
@@ -132,7 +140,9 @@ ENTRIES: dict[str, ZooEntry] = {
             "(removed in v5); once imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-attn-mask-utils", "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"),),
+            failures=(
+                ("v4-attn-mask-utils", "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"),
+            ),
         ),
         ZooEntry(
             "v4_torch_fx",
@@ -141,7 +151,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-torch-fx-available", "ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils'"),),
+            failures=(
+                (
+                    "v4-torch-fx-available",
+                    "ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_rope_scaling",
@@ -161,7 +176,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "imported, its buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-llama-attention-classes", "ImportError: cannot import name 'LlamaFlashAttention2' from 'transformers.models.llama.modeling_llama'"),),
+            failures=(
+                (
+                    "v4-llama-attention-classes",
+                    "ImportError: cannot import name 'LlamaFlashAttention2' from 'transformers.models.llama.modeling_llama'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_max_length",
@@ -170,7 +190,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-config-generation-defaults", "AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'"),),
+            failures=(
+                (
+                    "v4-config-generation-defaults",
+                    "AttributeError: 'LgV4GenConfig' object has no attribute 'max_length'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_pad_token",
@@ -179,7 +204,9 @@ ENTRIES: dict[str, ZooEntry] = {
             "buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-config-defaults", "AttributeError: 'LgV4PadConfig' object has no attribute 'pad_token_id'"),),
+            failures=(
+                ("v4-config-defaults", "AttributeError: 'LgV4PadConfig' object has no attribute 'pad_token_id'"),
+            ),
         ),
         ZooEntry(
             "v4_tie_signature",
@@ -188,7 +215,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "loading; its buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-tie-weights-signature", "TypeError: LgV4TieForCausalLM.tie_weights() got an unexpected keyword argument 'recompute_mapping'"),),
+            failures=(
+                (
+                    "v4-tie-weights-signature",
+                    "TypeError: LgV4TieForCausalLM.tie_weights() got an unexpected keyword argument 'recompute_mapping'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_generation_validate",
@@ -198,7 +230,12 @@ ENTRIES: dict[str, ZooEntry] = {
             "rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-generation-validate", "TypeError: LgV4DiffusionGenerationConfig.validate() got an unexpected keyword argument 'user_set_attributes'"),),
+            failures=(
+                (
+                    "v4-generation-validate",
+                    "TypeError: LgV4DiffusionGenerationConfig.validate() got an unexpected keyword argument 'user_set_attributes'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_model_attrs",
@@ -207,8 +244,13 @@ ENTRIES: dict[str, ZooEntry] = {
             "rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-model-attributes", "AttributeError: 'LgV4AttrsForCausalLM' object has no attribute 'get_head_mask'"),),
-            fix='not fixable: it calls get_head_mask, which transformers 5 model classes no longer have (v4-model-attributes has no source fix: port it by hand)',
+            failures=(
+                (
+                    "v4-model-attributes",
+                    "AttributeError: 'LgV4AttrsForCausalLM' object has no attribute 'get_head_mask'",
+                ),
+            ),
+            fix="not fixable: it calls get_head_mask, which transformers 5 model classes no longer have (v4-model-attributes has no source fix: port it by hand)",
         ),
         ZooEntry(
             "v4_module_names",
@@ -217,8 +259,13 @@ ENTRIES: dict[str, ZooEntry] = {
             "transformers.pytorch_utils (removed in 5.x); its buffers are not rebuilt",
             failure_mode="a",
             expected=TOY_NP,
-            failures=(("v4-module-names", "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'"),),
-            fix='not fixable: it imports names transformers 5 removed from their 4.57 modules (v4-module-names has no source fix: import each from its 5.x home by hand)',
+            failures=(
+                (
+                    "v4-module-names",
+                    "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'",
+                ),
+            ),
+            fix="not fixable: it imports names transformers 5 removed from their 4.57 modules (v4-module-names has no source fix: import each from its 5.x home by hand)",
         ),
         ZooEntry(
             "v4_attention_probe",
@@ -228,8 +275,13 @@ ENTRIES: dict[str, ZooEntry] = {
             "language model exists; once constructed, its buffers are not rebuilt",
             failure_mode="a",
             expected=tuple(ExpectedFinding(f"language_model.{f.tensor}", f.status) for f in TOY_NP),
-            failures=(("v4-attention-probe", "AttributeError: 'LgV4ProbeForCausalLM' object has no attribute '_supports_sdpa'"),),
-            fix='not fixable: its _supports_sdpa property asks a submodule that does not exist yet (v4-attention-probe has no source fix)',
+            failures=(
+                (
+                    "v4-attention-probe",
+                    "AttributeError: 'LgV4ProbeForCausalLM' object has no attribute '_supports_sdpa'",
+                ),
+            ),
+            fix="not fixable: its _supports_sdpa property asks a submodule that does not exist yet (v4-attention-probe has no source fix)",
         ),
         ZooEntry(
             "v4_rope_default",
@@ -250,8 +302,13 @@ ENTRIES: dict[str, ZooEntry] = {
             failure_mode="a",
             expected=TOY_NP,
             submodel=("trunk", "trunk", "trunk_path"),
-            failures=(("v4-nested-from-pretrained", "RuntimeError: You are using `from_pretrained` with a meta device context manager or `torch.set_default_device('meta')`."),),
-            fix='not fixable: its constructor loads another model with from_pretrained (v4-nested-from-pretrained: build it from its config, by hand)',
+            failures=(
+                (
+                    "v4-nested-from-pretrained",
+                    "RuntimeError: You are using `from_pretrained` with a meta device context manager or `torch.set_default_device('meta')`.",
+                ),
+            ),
+            fix="not fixable: its constructor loads another model with from_pretrained (v4-nested-from-pretrained: build it from its config, by hand)",
         ),
         ZooEntry(
             "device_picking",
@@ -298,15 +355,14 @@ ENTRIES: dict[str, ZooEntry] = {
             "encoder-decoder's own tie list still names the tie: loads exactly",
             config={"rebuild_buffers_in_init": True},
             config_after={"tie_word_embeddings": False},
-            fix='clean',
+            fix="clean",
         ),
         ZooEntry(
             "clean",
             "lgtoy",
-            "non-persistent buffers, a scaled head and a bare parameter, all rebuilt by _init_weights: "
-            "loads exactly",
+            "non-persistent buffers, a scaled head and a bare parameter, all rebuilt by _init_weights: loads exactly",
             config={"use_logit_scale": True, "scaled_lm_head": True, "rebuild_buffers_in_init": True},
-            fix='clean',
+            fix="clean",
         ),
     ]
 }
