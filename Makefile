@@ -49,7 +49,7 @@ test-compat: $(COMPAT_STAMP)
 test-versions: $(STAMP)
 	$(BIN)/python tools/test_versions.py --jobs 2 | tee versions.md
 
-# What code written for transformers 4 can touch and 5.x changed, as data (checked in; tests/test_api_diff.py
+# What code written for transformers 4 can touch and 5.x changed, as data (checked in; tests/workarounds/test_api_diff.py
 # requires every entry covered by a workaround or declined with a reason)
 api-diff: $(STAMP) $(COMPAT_STAMP)
 	$(COMPAT)/bin/python tools/api_surface.py --modules all > .api-surface-old.json

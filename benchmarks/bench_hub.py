@@ -1,5 +1,5 @@
 """What a weightless scan of a Hub id fetches, in bytes, over real HTTP: the unmodified huggingface_hub client against
-the test suite's Hub endpoint (tests/hubserver.py, which counts what it sends), for a small remote-code model and a
+the test suite's Hub endpoint (tests/files/hubserver.py, which counts what it sends), for a small remote-code model and a
 Llama-3-70B-shaped sharded checkpoint (30 real-size sparse shards), first scan and second scan of the same revision;
 then a fleet of ids (``scan --from``), its bytes per model and wall time.
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "files"))
 
 
 def _scan(hub, home: Path, *args: str) -> tuple[list[dict], float]:

@@ -3,7 +3,7 @@
     python tools/api_diff.py OLD.json NEW.json > src/loadguard/workarounds/data/api_diff.json
 
 OLD/NEW are ``tools/api_surface.py --modules all`` dumps (4.57 in ``.venv-compat``, the pinned 5.x in ``.venv``).
-Entries, each with an ``id`` the workarounds' coverage is written against (``tests/test_api_diff.py``):
+Entries, each with an ``id`` the workarounds' coverage is written against (``tests/workarounds/test_api_diff.py``):
 
 - ``config:NAME`` an attribute every 4.x config carried (with its 4.x value) that 5.x configs lack;
 - ``model:CLASS.NAME`` a class-level name of ``PreTrainedModel`` / ``GenerationMixin`` gone in 5.x;

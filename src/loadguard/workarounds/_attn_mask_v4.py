@@ -2,7 +2,7 @@
 written again for the ``v4-attn-mask-utils`` workaround, with the 4.x semantics.
 
 Masks are additive: 0 where a position may be attended, the dtype's most negative value where it may not;
-4D masks have the shape ``(batch, 1, query_length, key_value_length)``. ``tests/test_transformers_v4.py``
+4D masks have the shape ``(batch, 1, query_length, key_value_length)``. ``tests/workarounds/test_transformers_v4.py``
 compares every function here with transformers 4.57's own on a grid of inputs (``make test-compat``).
 """
 

@@ -1,6 +1,6 @@
 """Which workaround gives back each entry of the API diff (transformers 4.57 -> the pinned 5.x), or why none does.
 
-``tests/test_api_diff.py`` requires every entry covered or declined; ``loadguard workarounds coverage`` prints the
+``tests/workarounds/test_api_diff.py`` requires every entry covered or declined; ``loadguard workarounds coverage`` prints the
 tally. A new transformers release regenerates the diff (``make api-diff``): an entry nobody covers fails the test.
 """
 

@@ -3,7 +3,7 @@
 Each gives back one thing 5.x removed, with its 4.x meaning, only while a load (or a construction of the
 model's class) runs, and only when the running transformers lacks it (otherwise it does nothing and is
 reported stale). None touches buffers or weight initialization. What 4.x meant is proven by
-``tests/test_transformers_v4.py`` against transformers 4.57's own objects (``make test-compat``).
+``tests/workarounds/test_transformers_v4.py`` against transformers 4.57's own objects (``make test-compat``).
 
 Found by a census of 11 published remote-code models (DeepSeek-V2/V3, Kimi-K2, InternVL2, MiniCPM-V 2 and
 2.6, MiniCPM3, Qwen-1, Falcon, ChatGLM3, Baichuan2) on transformers 5.24, in order of frequency:

@@ -11,7 +11,7 @@ For a name the running transformers lacks, in the module 4.57 had it in, the wor
 3. by pattern: ``<X>FlashAttention2`` / ``<X>SdpaAttention`` -> the module's ``<X>Attention`` (which picks its kernel
    from ``config._attn_implementation``), ``*_ATTENTION_CLASSES`` -> every kernel mapped to that class.
 
-What none of these can give back is declined with the reason in :data:`DECLINED` (``tests/test_api_diff.py``
+What none of these can give back is declined with the reason in :data:`DECLINED` (``tests/workarounds/test_api_diff.py``
 requires every entry of the diff served or declined). Names other workarounds own are left to them.
 """
 

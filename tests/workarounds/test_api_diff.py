@@ -1,0 +1,110 @@
+"""The API diff (transformers 4.57 -> the pinned 5.x) as data: every entry is given back by a workaround or declined
+with the reason, and what the workarounds claim to give back, they give back."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+
+from loadguard import workarounds as registry
+from loadguard.workarounds import api_coverage, v4_names
+
+from ..conftest import IS_V5, TRANSFORMERS_VERSION
+
+needs_v5 = pytest.mark.skipif(
+    not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} is the diff's old side: nothing is missing here"
+)
+
+
+def test_the_diff_is_of_the_pinned_release():
+    diff = v4_names.diff()
+    assert diff["from"] == "4.57.6" and len(diff["entries"]) > 2000
+    if IS_V5:  # a bump without `make api-diff` leaves the new release's changes unaccounted for
+        assert diff["to"] == TRANSFORMERS_VERSION, (
+            f"the API diff is of {diff['to']}: run `make api-diff` for {TRANSFORMERS_VERSION}"
+        )
+
+
+@needs_v5
+def test_every_entry_is_covered_or_declined_with_a_reason():
+    tally = api_coverage.tally()
+    assert tally["uncovered"] == []
+    assert set(tally["covered"]) <= set(registry.REGISTRY)  # covered by workarounds that exist
+    assert tally["covered"]["v4-module-names"] > 2000 and tally["declined"] > 0
+    for entry in v4_names.diff()["entries"]:
+        state, what = api_coverage.coverage(entry["id"])
+        assert what, entry  # a workaround's name, or a reason
+
+
+@needs_v5
+def test_every_name_the_workaround_claims_is_given_back(zoo_folder):
+    """Under v4-module-names, `from <module> import <name>` works for every name entry it covers (all ~2,200)."""
+    covered = [
+        e["id"] for e in v4_names.diff()["entries"] if api_coverage.coverage(e["id"]) == ("covered", "v4-module-names")
+    ]
+    failed = []
+    with warnings.catch_warnings(), registry.using(["v4-module-names"], zoo_folder("clean")):
+        warnings.simplefilter("ignore")
+        for entry_id in covered:
+            _, module, name = entry_id.split(":", 2)
+            try:
+                getattr(importlib.import_module(module), name)
+            except Exception as error:
+                failed.append(f"{entry_id}: {type(error).__name__}: {error}")
+    assert failed == []
+    assert not hasattr(
+        importlib.import_module("transformers.pytorch_utils"), "find_pruneable_heads_and_indices"
+    )  # only inside
+
+
+@needs_v5
+def test_the_stand_ins_mean_what_4x_meant():
+    import torch
+
+    from loadguard.workarounds.v4_names import find_pruneable_heads_and_indices, prune_linear_layer
+
+    heads, index = find_pruneable_heads_and_indices([0, 2], n_heads=4, head_size=3, already_pruned_heads={2})
+    assert heads == {0} and index.tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11]
+    layer = torch.nn.Linear(4, 6)
+    pruned = prune_linear_layer(layer, torch.tensor([1, 3]), dim=0)
+    assert (
+        pruned.weight.shape == (2, 4)
+        and torch.equal(pruned.weight, layer.weight[[1, 3]])
+        and torch.equal(pruned.bias, layer.bias[[1, 3]])
+    )
+
+
+@needs_v5
+def test_older_private_mask_helpers_of_native_modules(zoo_folder):
+    """`from transformers.models.bloom.modeling_bloom import _expand_mask` (and _make_causal_mask, in any native model
+    module): helpers from before 4.57 that remote code still imports; Bloom's are boolean, the others additive."""
+    import torch
+
+    from loadguard.workarounds.v4_names import _removed_names_pattern
+
+    error = ImportError("cannot import name '_expand_mask' from 'transformers.models.bloom.modeling_bloom' (/x.py)")
+    assert [w.name for w in registry.matching(error)] == [
+        "v4-module-names"
+    ] and "_expand_mask" in _removed_names_pattern()
+    with registry.using(["v4-module-names"], zoo_folder("clean")):
+        from transformers.models.bloom.modeling_bloom import _expand_mask as bloom_expand
+        from transformers.models.bloom.modeling_bloom import _make_causal_mask as bloom_causal
+        from transformers.models.llama.modeling_llama import _expand_mask, _make_causal_mask
+    padded = bloom_expand(torch.tensor([[1, 1, 0]]), 2)
+    assert (
+        padded.dtype == torch.bool
+        and padded.shape == (1, 1, 2, 3)
+        and padded[0, 0, 0].tolist() == [False, False, True]
+    )
+    assert bloom_causal((1, 3), "cpu", 1)[0, 0].tolist() == [
+        [False, False, True, True],
+        [False, False, False, True],
+        [False, False, False, False],
+    ]
+    lowest = torch.finfo(torch.float32).min
+    assert _expand_mask(torch.tensor([[1, 0]]), torch.float32)[0, 0, 0].tolist() == [0.0, lowest]
+    assert _make_causal_mask((1, 2), torch.float32, "cpu")[0, 0].tolist() == [[0.0, lowest], [0.0, 0.0]]
+    with pytest.raises(ImportError):
+        from transformers.models.bloom.modeling_bloom import _expand_mask  # noqa: F401  (only inside the workaround)
