@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from loadguard._audit import checks
 from loadguard._audit.inventory import TensorEntry
+from loadguard._audit.leftover import garbage
 from loadguard._hf.replay import Replay
+from loadguard.report import FAILING_STATUSES, is_failing
 
 
 def entry(tensor, name="t", kind="buffer", persistent=False):
@@ -120,8 +122,8 @@ def test_meta_leftover():
 
 
 def test_failing_statuses():
-    assert {s.value for s in checks.FAILING_STATUSES} == {"uninitialized", "mismatch", "on_meta", "overwritten"}
-    assert not checks.is_failing("unverifiable") and not checks.is_failing("ok")
+    assert {s.value for s in FAILING_STATUSES} == {"uninitialized", "mismatch", "on_meta", "overwritten"}
+    assert not is_failing("unverifiable") and not is_failing("ok")
 
 
 def test_a_missing_key_transformers_reports_and_initialized_is_initialized_never_failing():
@@ -271,7 +273,7 @@ def test_garbage_shortcut_says_what_exact_counting_says(dtype, size, planted):
             tensor[index] = torch.tensor(value, dtype=torch.float64).to(dtype)
         else:
             tensor[index] = torch.iinfo(dtype).max if kind in ("top", "inf") else -5
-    assert checks.garbage(tensor) == _garbage_counted(tensor)
+    assert garbage(tensor) == _garbage_counted(tensor)
 
 
 def test_a_large_uninitialized_mask_is_counted_and_its_difference_is_the_false_values():

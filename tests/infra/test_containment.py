@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from loadguard._infra import forks as _forks
 from loadguard._infra import procs as _procs
-from loadguard.cli.scan import memory_limit, scan_fleet
+from loadguard._scan import scan_fleet
+from loadguard.cli._limits import memory_limit
 
 from ..conftest import IS_V5, TRANSFORMERS_VERSION, run_cli
 
@@ -269,7 +270,7 @@ def test_every_text_through_the_console_is_one_line_without_controls(text):
     from rich.table import Table
 
     from loadguard._infra.text import styled
-    from loadguard.cli._common import SafeConsole
+    from loadguard.cli._consoles import SafeConsole
 
     console = SafeConsole(file=io.StringIO(), width=100_000, soft_wrap=True, color_system=None, force_terminal=True)
     console.print(styled("[bold]Error:[/] {}", text), highlight=False)

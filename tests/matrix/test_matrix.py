@@ -518,7 +518,7 @@ def test_an_interrupted_matrix_resumes_with_only_the_cells_it_lacks(monkeypatch,
 def test_the_limits_the_user_sets_hold_for_bisect_steps_and_native_sweeps(monkeypatch, tmp_path, capsys):
     from loadguard._matrix import native as matrix_native
     from loadguard.cli import main
-    from loadguard.cli.scan import memory_limit
+    from loadguard.cli._limits import memory_limit
 
     versions = [V4, "5.0.0"]
     monkeypatch.setattr(envs, "released_versions", lambda spec, max_versions=None: list(versions))

@@ -91,7 +91,7 @@ def test_a_model_over_the_memory_limit_is_a_row_saying_so(zoo_folder, tmp_path):
 
 def test_memory_limit_through_the_cli(zoo_folder, tmp_path, capsys):
     from loadguard.cli import main
-    from loadguard.cli.scan import memory_limit
+    from loadguard.cli._limits import memory_limit
 
     hog = _with_code(zoo_folder, tmp_path, "hogs", HOG)
     with pytest.raises(SystemExit) as info:  # one model under a limit: a child of its own, the usual Error/Hint

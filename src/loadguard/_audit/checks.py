@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from .._hf import Replay
-from ..report import FAILING_STATUSES, Check, Finding, Status, finite_or_none, is_failing  # noqa: F401  (checks.Status & co. stay importable)
+from ..report import Check, Finding, Status, finite_or_none
 from .equality import equal_after_cast
 from .inventory import TensorEntry
-from .leftover import garbage, garbage_and_finite  # noqa: F401  (checks.garbage stays importable)
+from .leftover import garbage, garbage_and_finite
 
 # (rtol, atol) for comparing a buffer with the value its code computes, by the loaded dtype: a couple of
 # units in the last place, so recomputing in another order or dtype passes and leftover memory does not.

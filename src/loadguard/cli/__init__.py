@@ -16,7 +16,8 @@ import click
 
 from .._infra import Markup, Terminated, settings, signals_raise, styled
 from ..errors import LoadguardError, LoadguardWarning
-from ._common import SETTINGS, ExitCode, machine_output, note, pin_directory, report_error, stderr
+from ._common import ExitCode, machine_output, note, pin_directory, report_error
+from ._consoles import SETTINGS, stderr
 from ._options import SuggestingGroup
 
 

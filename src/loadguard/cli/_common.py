@@ -16,7 +16,7 @@ import click
 from .. import _audit
 from .._infra import styled, visible
 from ..errors import InvalidOptionError, hint_for
-from ._consoles import NON_TTY_WIDTH, SETTINGS, SafeConsole, stderr, stdout  # noqa: F401  (the commands import them from here)
+from ._consoles import SETTINGS, stderr
 from ._options import workarounds_from_option
 
 

@@ -3,7 +3,8 @@ and writes what comes back to stdout (or, for the table, lets it print to the co
 
 from __future__ import annotations
 
-from ._common import back_home, emit, stderr, stdout
+from ._common import back_home, emit
+from ._consoles import stderr, stdout
 
 
 def write(fmt: str, output) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ._common import SETTINGS, stderr
+from ._consoles import SETTINGS, stderr
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ from ..errors import LoadguardError, hint_for
 from ..formats import Row
 from ..report import WorkaroundStatus
 from ._baseline import apply_baseline, baseline_options
-from ._common import SCHEMA_VERSION, ExitCode, load_model, loading_options, stderr
+from ._common import SCHEMA_VERSION, ExitCode, load_model, loading_options
+from ._consoles import stderr
 from ._limits import limits_options
 from ._options import format_option
 from ._output import write

@@ -7,7 +7,8 @@ import json
 import click
 
 from .._infra import settings
-from ._common import emit, stdout
+from ._common import emit
+from ._consoles import stdout
 from ._options import format_option
 
 

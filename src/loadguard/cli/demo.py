@@ -8,7 +8,8 @@ import click
 
 from .._infra import Markup, styled
 from ..errors import LoadguardError, hint_for
-from ._common import ExitCode, quiet_transformers, stderr, stdout
+from ._common import ExitCode, quiet_transformers
+from ._consoles import stderr, stdout
 
 RULE_WIDTH = 100
 """Section rules span a terminal, at most this many columns (never the unbounded width of a log)."""

@@ -10,8 +10,9 @@ import click
 from .._infra import Markup
 from ..errors import InvalidOptionError
 from ..report import CellStatus
-from ._common import ExitCode, progress, stderr
-from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges, cell_rows, matrix_markdown  # noqa: F401  (matrix_markdown, cell_rows: tools)
+from ._common import ExitCode, progress
+from ._consoles import stderr
+from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
 

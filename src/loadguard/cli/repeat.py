@@ -23,7 +23,8 @@ import click
 
 from .._infra import procs
 from ..errors import LoadguardError
-from ._common import ExitCode, emit, progress, stderr, stdout
+from ._common import ExitCode, emit, progress
+from ._consoles import stderr, stdout
 from ._options import format_option
 
 

@@ -16,13 +16,14 @@ from pathlib import Path
 import click
 
 from .._infra import Markup, cell, styled
-from .._scan import DEFAULT_TIMEOUT, scan_fleet, scan_fleet_spawned, scan_row  # noqa: F401  (scan_fleet_spawned: tests)
+from .._scan import DEFAULT_TIMEOUT, scan_fleet, scan_row
 from ..errors import InvalidOptionError, LoadguardError
 from ..formats import Row
 from ..report import AuditReport, CheckSummary, Finding, Status, WorkaroundStatus, failing
 from ._baseline import apply_baseline, baseline_options
-from ._common import SCHEMA_VERSION, ExitCode, parse_placement, quiet_transformers, stderr, stdout
-from ._limits import memory_limit  # noqa: F401  (tests and tools import it from here)
+from ._common import SCHEMA_VERSION, ExitCode, parse_placement, quiet_transformers
+from ._consoles import stderr, stdout
+from ._limits import memory_limit
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
 from ._progress import fleet_progress

@@ -7,7 +7,8 @@ import json
 import click
 
 from .._infra import Markup
-from ._common import ExitCode, emit, progress, quiet_transformers, stdout
+from ._common import ExitCode, emit, progress, quiet_transformers
+from ._consoles import stdout
 from ._options import format_option
 
 

@@ -10,7 +10,8 @@ import click
 from .. import _files
 from .._infra import styled
 from ..report import WorkaroundStatus
-from ._common import ExitCode, emit, load_model, stderr, stdout
+from ._common import ExitCode, emit, load_model
+from ._consoles import stderr, stdout
 from ._options import SuggestingGroup, format_option, workarounds_from_option
 
 

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from ._common import ExitCode, emit, stderr, stdout
+from ._common import ExitCode, emit
+from ._consoles import stderr, stdout
 from ._options import SuggestingGroup, format_option
 
 
