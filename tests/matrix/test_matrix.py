@@ -55,6 +55,8 @@ def test_bisect_finds_the_first_changed_version_in_log2_cells(monkeypatch, tmp_p
     ran = log.read_text().split()
     assert result.first_changed == "5.9.0" and result.candidates == 26
     assert len(ran) <= 2 + 6 and len(set(ran)) == len(ran)  # about log2(26) cells, none twice
+    again = matrix_module.Bisection.from_dict(json.loads(json.dumps(result.to_dict())))  # what --format json wrote
+    assert again == result and again.cells[0].status is matrix_module.CellStatus(result.cells[0].status)
     monkeypatch.setattr(
         matrix_module,
         "_run_in",

@@ -357,17 +357,15 @@ class Bisection:
     candidates: int
 
     @classmethod
-    def from_dict(cls, data: dict) -> Cell:
-        """The cell :meth:`to_dict` wrote (``verdict`` is recomputed, not read)."""
+    def from_dict(cls, data: dict) -> Bisection:
+        """The bisection :meth:`to_dict` wrote, its cells included."""
         return cls(
             data["model"],
-            data["transformers"],
-            data["status"],
-            data.get("report"),
-            data.get("error") or "",
-            data.get("hint") or "",
-            data.get("seconds", 0.0),
-            data.get("ran_with") or {},
+            data["low"],
+            data["high"],
+            data.get("first_changed"),
+            tuple(Cell.from_dict(cell) for cell in data.get("cells", ())),
+            data["versions_between"],
         )
 
     def to_dict(self) -> dict:
