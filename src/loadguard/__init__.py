@@ -17,37 +17,29 @@ Detect, explain, repair, prove::
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-# Public names -> the room (or module) that offers them. Imported on first use, so `import loadguard` (and the pytest
-# plugin, which every pytest run in an environment with loadguard loads) costs no torch import.
-_EXPORTS = {
-    "audit": "_audit",
-    "fix": "_fix",
-    "FixResult": "_fix",
-    "BrokenModelError": "errors",
-    "LoadguardError": "errors",
-    "LoadguardWarning": "errors",
-    "load": "_audit",
-    "poison": "_hf",
-    "repair": "_audit",
-    "scan": "_scan",
-    "scan_many": "_scan",
-    "matrix": "_matrix",
-    "Row": "formats",
-    "TraceResult": "runner",
-    "trace": "runner",
-    "WorkaroundOutcome": "workarounds",
-    "workaround": "workarounds",
-    "AuditReport": "report",
-    "CheckSummary": "report",
-    "Finding": "report",
-    "RepairResult": "report",
-    "Unrepaired": "report",
-}
-# the public modules, reachable as attributes of the package once it is imported
-_SUBMODULES = ("compare", "errors", "executors", "formats", "report", "runner", "workarounds", "zoo")
+from ._infra import lazy_face as _lazy_face
+
+# The public names, by the room (or module) that offers them, and the public modules (attributes of the package).
+# Each is imported on first use, so `import loadguard` (and the pytest plugin, which every pytest run in an
+# environment with loadguard loads) costs no torch import.
+__getattr__, __dir__ = _lazy_face(
+    __name__,
+    {
+        "_audit": ("audit", "load", "repair"),
+        "_fix": ("FixResult", "fix"),
+        "_hf": ("poison",),
+        "_matrix": ("matrix",),
+        "_scan": ("scan", "scan_many"),
+        "errors": ("BrokenModelError", "LoadguardError", "LoadguardWarning"),
+        "formats": ("Row",),
+        "report": ("AuditReport", "CheckSummary", "Finding", "RepairResult", "Unrepaired"),
+        "runner": ("TraceResult", "trace"),
+        "workarounds": ("WorkaroundOutcome", "workaround"),
+    },
+    modules=("compare", "errors", "executors", "formats", "report", "runner", "workarounds", "zoo"),
+)[:2]
 
 if TYPE_CHECKING:
     from ._audit import audit, load, repair
@@ -60,21 +52,6 @@ if TYPE_CHECKING:
     from .report import AuditReport, CheckSummary, Finding, RepairResult, Unrepaired
     from .runner import TraceResult, trace
     from .workarounds import WorkaroundOutcome, workaround
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
 
 
 __all__ = [
