@@ -120,6 +120,18 @@ class CheckpointError(LoadguardError):
     """A checkpoint that cannot be read: missing, corrupt, truncated, or an index naming a missing shard."""
 
 
+class NoWeightsError(CheckpointError):
+    """A model folder with its code and config and no checkpoint at all (not a damaged one): what can be done
+    without weights is ``scan`` and a weightless ``fix``."""
+
+    def __init__(self, folder: str, detail: str = ""):
+        super().__init__(
+            f"{folder} holds no weights, only code and config{f' ({detail})' if detail else ''}",
+            f"predict the load without them: loadguard scan {folder} --trust-remote-code; write and prove the fix "
+            f"without them: loadguard fix {folder} --out DIR --trust-remote-code",
+        )
+
+
 class ReferenceBuildError(LoadguardError):
     """The model's class could not be constructed from its config to build the reference."""
 

@@ -384,6 +384,31 @@ def test_a_from_pretrained_that_delegates_is_scanned_through(zoo_folder, tmp_pat
     assert {f.tensor for f in model.loadguard_report_as_loaded.failures} == {f.tensor for f in report.failures}
 
 
+def test_an_override_that_reads_its_path_argument_is_given_the_folder(zoo_folder, tmp_path):
+    """A published diffusion LM's from_pretrained loads its own generation config from the path it is given: a scan
+    passes the folder to the override, and None (no file read) only to the weightless base load below it."""
+    folder = _with_loader(
+        zoo_folder,
+        tmp_path,
+        (
+            "        from transformers import GenerationConfig\n"
+            "        generation = GenerationConfig.from_pretrained(args[0])  # fails on None\n"
+            "        model = super().from_pretrained(*args, **kwargs)\n"
+            "        model.generation_config = generation\n"
+            "        return model\n"
+        ),
+    )
+    report = loadguard.scan(folder, trust_remote_code=True)
+    assert report.mode == "scan"
+    if IS_V5:
+        assert {f.tensor for f in report.failures} == {
+            "positions.table",
+            "positions.index",
+            "layers.0.attn.causal_mask",
+            "layers.1.attn.causal_mask",
+        }
+
+
 def _hub_cache(root, repo_id: str, files) -> None:
     """A Hugging Face cache holding one snapshot of ``repo_id`` (what `hf download` leaves)."""
     revision = "0" * 40

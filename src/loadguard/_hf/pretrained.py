@@ -21,6 +21,7 @@ from ..errors import (
     LoadguardError,
     ModelConfigError,
     ModelNotFoundError,
+    NoWeightsError,
     RemoteCodeImportError,
     RemoteCodeNotTrustedError,
     fixes_hint,
@@ -126,11 +127,14 @@ def resolve_class(auto_class: Any, config: dict) -> Any:
 class BaseCall:
     """What the outermost ``PreTrainedModel.from_pretrained`` of a load did (see :func:`through_the_base`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, weightless: bool = False) -> None:
         self.depth = 0
         self.model: Any = None
         self.info: Any = None
         self.reached = False
+        self.weightless = weightless
+        """The outermost base call gets ``None`` for the path (a weightless load reads no file), while a model's own
+        override above it saw the real folder (one that reads its generation config there still finds it)."""
 
 
 @contextlib.contextmanager
@@ -148,6 +152,11 @@ def through_the_base(record: BaseCall) -> Iterator[BaseCall]:
         asked = bool(kwargs.get("output_loading_info", False))
         if outer:
             kwargs["output_loading_info"] = True
+            if record.weightless:
+                if args:
+                    args = (None, *args[1:])
+                elif "pretrained_model_name_or_path" in kwargs:
+                    kwargs["pretrained_model_name_or_path"] = None
         record.depth += 1
         try:
             result = original.__func__(cls, *args, **kwargs)
@@ -258,6 +267,8 @@ def translate(
             f"{path} is neither a local folder nor a model on the Hugging Face Hub ({text})",
             "check the path or the id; for a private or gated model, log in (hf auth login) or set HF_TOKEN",
         )
+    if "no file named" in text and "found in directory" in text:
+        return NoWeightsError(str(path), text)
     if "safetensors" in text.lower() or "header" in text.lower() or "deserializ" in text.lower():
         return LoadguardError(
             f"the weights in {path} cannot be read ({text})",

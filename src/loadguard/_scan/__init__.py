@@ -11,7 +11,7 @@ __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
         "fleet": ("DEFAULT_TIMEOUT", "scan_fleet", "scan_fleet_spawned", "scan_many", "scan_row"),
-        "scanning": ("scan",),
+        "scanning": ("scan", "scan_with_model"),
         "warmup": ("warm",),
     },
     modules=("native", "selfcheck"),

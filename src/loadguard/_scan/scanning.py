@@ -32,7 +32,6 @@ from .._audit import (
     check_summary,
     checks,
     computed_state,
-    default_dtype,
     located,
     meta_leftovers,
     persistent_buffers_needed,
@@ -47,8 +46,6 @@ from .._hf import (
     complete_keys_from_the_model,
     constructing_with_meta_writes_skipped,
     loaded_tensors,
-    loading_info,
-    meta_writes_skipped,
     parameters_stay_on_meta,
     poison,
     recording_init_writes,
@@ -57,10 +54,11 @@ from .._hf import (
 )
 from .._hf import ties as tie_module
 from .._infra import observers
-from ..errors import InvalidOptionError, LoadguardError, ModelConfigError, ScanError
+from ..errors import InvalidOptionError, LoadguardError, ScanError
 from ..report import AuditReport, Check, CheckSummary, Finding
 from . import selfcheck
 from . import source as _scan_source
+from .classes import concrete_class, config_dtype, own_keys, own_loader, through_own_loader
 
 KEYS = ("auto", "header", "complete")
 
@@ -80,7 +78,37 @@ def scan(
     follow_links: bool = False,
     assume_checkpoint: str = "saved",
 ) -> AuditReport:
-    """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model.
+    """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model: the report of
+    :func:`scan_with_model`, whose arguments these are (a local folder, a Hub id or a config; ``keys``, ``dtype``,
+    ``workarounds``, ``trust_remote_code`` as ``from_pretrained`` and ``loadguard.load`` take them).
+
+    Returns an :class:`loadguard.AuditReport` with ``mode == "scan"``; each finding has ``predicted=True``.
+
+    Example::
+
+        report = loadguard.scan("./MiniCPM-V-2_6", trust_remote_code=True, workarounds="auto")
+        [f.tensor for f in report.failures]      # ['resampler.pos_embed']
+    """
+    return scan_with_model(**locals())[1]
+
+
+def scan_with_model(
+    path_or_config: Any,
+    *,
+    model_class: Any = None,
+    keys: str = "auto",
+    dtype: Any = None,
+    workarounds: Any = (),
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+    device_map: Any = None,
+    max_memory: dict | None = None,
+    offload_folder: Any = None,
+    follow_links: bool = False,
+    assume_checkpoint: str = "saved",
+) -> tuple[Any, AuditReport]:
+    """Predict, without reading weights, what ``from_pretrained`` would leave wrong in a model; the model as the
+    weightless load left it (parameters on meta) comes back beside the report (``loadguard fix`` plans from both).
 
     Args:
         path_or_config: a local model folder, a Hub id (only ``*.json``/``*.py`` are fetched; the safetensors
@@ -106,12 +134,8 @@ def scan(
             device (``None``, ``"cpu"``): offloading changes what initialization can touch and is not simulated
             (:class:`loadguard.errors.ScanError` says so; audit a full load with the same options instead).
 
-    Returns an :class:`loadguard.AuditReport` with ``mode == "scan"``; each finding has ``predicted=True``.
-
-    Example::
-
-        report = loadguard.scan("./MiniCPM-V-2_6", trust_remote_code=True, workarounds="auto")
-        [f.tensor for f in report.failures]      # ['resampler.pos_embed']
+    Returns ``(model, report)``: an :class:`loadguard.AuditReport` with ``mode == "scan"``; each finding has
+    ``predicted=True``.
     """
     if keys not in KEYS:
         raise InvalidOptionError(f"keys={keys!r} is not a key source", f"use one of: {', '.join(KEYS)}")
@@ -177,7 +201,7 @@ def scan(
             )
             if quantized:  # no weight is read, so no quantization backend is needed: predict the model it quantizes
                 _scan_source.drop_quantization(config)
-            concrete = _concrete_class(auto_class, config, source, trust_remote_code)
+            concrete = concrete_class(auto_class, config, source, trust_remote_code)
             kwargs: dict[str, Any] = {"config": config, **weightless_load_options()}
             if parsed_dtype is not None:
                 kwargs["dtype"] = parsed_dtype
@@ -186,15 +210,15 @@ def scan(
                     kwargs["state_dict"] = CompleteKeys(
                         saved=mode == "saved"
                     )  # filled from the model transformers constructs
-                    kwargs.setdefault("dtype", _config_dtype(config) or torch.float32)
+                    kwargs.setdefault("dtype", config_dtype(config) or torch.float32)
                 else:
                     shapes = (
                         source.header
                         if mode == "header"
-                        else _own_keys(concrete, config, parsed_dtype, saved=mode == "saved")
+                        else own_keys(concrete, config, parsed_dtype, saved=mode == "saved")
                     )
                     if any(v is None for v in shapes.values()):  # a .bin index names keys only: shapes from the model
-                        own = _own_keys(concrete, config, parsed_dtype)
+                        own = own_keys(concrete, config, parsed_dtype)
                         shapes = {key: own[key] for key in shapes if key in own}
                     kwargs["state_dict"] = weightless_state_dict(shapes)
                 for context in (
@@ -204,7 +228,8 @@ def scan(
                     constructing_with_meta_writes_skipped(concrete),
                 ):
                     stack.enter_context(context)
-                return _through_own_loader(concrete, lambda: concrete.from_pretrained(None, **kwargs))
+                where = str(source.folder) if source.folder is not None and own_loader(concrete) else None
+                return through_own_loader(concrete, lambda: concrete.from_pretrained(where, **kwargs))
         except LoadguardError:
             raise
         except Exception as error:
@@ -224,7 +249,7 @@ def scan(
     seconds["load"] = time.perf_counter() - start
     report = _predict(model, source, mode, record, seconds, quantized)
     later = registry.predict_after_load(model, registry.resolve(workarounds), report)
-    return dataclasses.replace(report, workarounds=tuple(outcomes) + tuple(later))
+    return model, dataclasses.replace(report, workarounds=tuple(outcomes) + tuple(later))
 
 
 def _predict(
@@ -327,86 +352,6 @@ def _predict(
     )
 
 
-def _concrete_class(auto_class, config, source: _scan_source.Source, trust_remote_code: bool):
-    """The model class ``auto_class.from_pretrained`` would instantiate for ``config``."""
-    name = getattr(auto_class, "__name__", "")
-    if not (name.startswith("Auto") and getattr(auto_class, "__module__", "").startswith("transformers.")):
-        return auto_class
-    class_ref = (getattr(config, "auto_map", None) or {}).get(name)
-    if class_ref is not None and trust_remote_code:
-        from transformers.dynamic_module_utils import get_class_from_dynamic_module
-
-        model_class = get_class_from_dynamic_module(class_ref, str(source.folder))
-        # as the auto class does: from it, transformers tells remote code (is_remote_code(), 5.3-5.12 skip
-        # _init_weights on fully loaded modules of remote code only), and a prediction must see the same
-        try:
-            model_class.register_for_auto_class(auto_class=auto_class)
-        except (
-            ValueError
-        ):  # an auto class transformers itself no longer has (given back by a workaround): mark it alike
-            model_class._auto_class = name
-        return model_class
-    try:
-        return auto_class._model_mapping[type(config)]
-    except KeyError:
-        raise ModelConfigError(
-            f"{name} has no model class for {type(config).__name__} ({source.name})",
-            "pass the class with --auto-class (model_class=), e.g. AutoModel or the architecture's class",
-        ) from None
-
-
-def _own_loader(cls) -> type | None:
-    """The class of the model's own code that overrides ``from_pretrained``, if any."""
-    for klass in cls.__mro__:
-        if (klass.__module__ or "").startswith("transformers."):
-            return None
-        if "from_pretrained" in vars(klass):
-            return klass
-    return None
-
-
-def _through_own_loader(cls, load):
-    """``load()``, a ``from_pretrained`` of ``cls``. Where the model's code overrides it (to adjust the generation
-    config or a sub-module after ``super().from_pretrained(...)``), the override runs, and the weightless load happens
-    in the ``PreTrainedModel.from_pretrained`` it delegates to; an override that never reaches it loads its own
-    weights, which a weightless load cannot predict: refused, saying so."""
-
-    klass = _own_loader(cls)
-    if klass is None:
-        return load()
-    with _hf.through_the_base(_hf.BaseCall()) as base:
-        result = load()
-    if not base.reached:
-        raise ScanError(
-            f"cannot scan {cls.__name__}: the model's class loads its own weights ({klass.__name__}.from_pretrained never "
-            "calls PreTrainedModel.from_pretrained)",
-            "audit a full load instead: loadguard audit PATH",
-        )
-    model, _ = loading_info.split(result)
-    return model if isinstance(model, torch.nn.Module) else base.model
-
-
-def _own_keys(cls, config, dtype, saved: bool = False) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """The model's own state dict, built on meta: what "the checkpoint holds every key" means. ``saved``: the keys a
-    ``save_pretrained`` of this code writes instead: its declared ties' targets dropped (4.x and 5.x both save so)."""
-
-    wanted = dtype if isinstance(dtype, torch.dtype) else _config_dtype(config)
-    with torch.device("meta"), default_dtype(wanted), meta_writes_skipped():
-        model = cls(config)
-    state = tie_module.saved_state_dict(model) if saved else model.state_dict()
-    return {key: (tuple(value.shape), value.dtype) for key, value in state.items()}
-
-
-def _config_dtype(config) -> torch.dtype | None:
-    # a 4.x config keeps torch_dtype as an attribute; 5.x makes it a property that warns it is deprecated
-    value = getattr(config, "dtype", None) or vars(config).get("torch_dtype")
-    if isinstance(value, torch.dtype):
-        return value
-    if isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype):
-        return getattr(torch, value)
-    return None
-
-
 SAVED_ASSUMPTION = "no checkpoint headers: assumed the keys this code's save_pretrained writes (declared ties dropped)"
 
 OVER_MEMORY_HINT = (
@@ -414,4 +359,4 @@ OVER_MEMORY_HINT = (
     "device): audit a full load instead (loadguard audit), or raise --memory-limit"
 )
 
-__all__ = ["KEYS", "OVER_MEMORY_HINT", "SAVED_ASSUMPTION", "scan"]
+__all__ = ["KEYS", "OVER_MEMORY_HINT", "SAVED_ASSUMPTION", "scan", "scan_with_model"]
