@@ -262,3 +262,197 @@ def test_a_helper_a_subclass_overrides_is_called_as_the_base_init_calls_it():
         "Yarn",
         ("module._set_cache(seq_len=module.max_positions, device=module.cache.device)",),
     )
+
+
+CONFIGURATION = textwrap.dedent("""\
+    from transformers import PretrainedConfig
+
+
+    class XConfig(PretrainedConfig):
+        def __init__(self, forced_bos_token_id=None, **kwargs):
+            super().__init__(**kwargs)
+            self.max_length = 4
+            self.max_length += 1
+            if self.forced_bos_token_id is None:  # a 4.x generation default read in the configuration file
+                self.bos = self.forced_bos_token_id
+
+
+    class Helper:
+        def f(self):
+            return self.forced_bos_token_id
+    """)
+
+
+def test_generation_defaults_read_in_a_configuration_file_are_read_with_4x_defaults():
+    reads = _source_fixes.read_with_defaults(
+        {"configuration_x.py": CONFIGURATION}, {"forced_bos_token_id": None, "max_length": 20}
+    )[0]["configuration_x.py"]
+    assert "if getattr(self, 'forced_bos_token_id', None) is None:" in reads
+    assert "self.bos = getattr(self, 'forced_bos_token_id', None)" in reads
+    assert "self.max_length = 4\n" in reads and "self.max_length += 1\n" in reads  # assignments stay
+    assert "return self.forced_bos_token_id" in reads  # not a config class: its own attribute
+    compile(reads, "configuration_x.py", "exec")
+
+
+def test_removed_names_become_try_imports_with_4x_meaning():
+    from loadguard.workarounds.v4_names import fallback, module_names_source_fix
+
+    source = textwrap.dedent("""\
+        import torch
+        from transformers.models.bloom.modeling_bloom import BloomConfig, _expand_mask
+        from transformers.pytorch_utils import find_pruneable_heads_and_indices
+
+
+        def f(mask):
+            return _expand_mask(mask, 3)
+        """)
+    changed, description = module_names_source_fix({"modeling_x.py": source}, {}, None)
+    text = changed["modeling_x.py"]
+    assert "from transformers.models.bloom.modeling_bloom import BloomConfig\n" in text
+    assert "try:\n    from transformers.models.bloom.modeling_bloom import _expand_mask\nexcept ImportError:" in text
+    assert "def _expand_mask(mask, tgt_length):" in text  # bloom's own 4.x signature, not Llama's
+    assert "def find_pruneable_heads_and_indices(" in text and "    \n" not in text
+    assert description.startswith("imports _expand_mask, find_pruneable_heads_and_indices where transformers has them")
+    namespace: dict = {}
+    exec(
+        compile(text.replace("from transformers.models.bloom.modeling_bloom import BloomConfig\n", ""), "x", "exec"),
+        namespace,
+    )
+    import torch
+
+    assert namespace["f"](torch.tensor([[1, 0]])).tolist() == [[[[False, True], [False, True], [False, True]]]]
+    assert fallback("transformers.utils", "is_flash_attn_available", None).startswith("def is_flash_attn_available(")
+    assert fallback("transformers.models.x.modeling_x", "SomethingNew", None) is None
+
+
+def test_rope_default_and_attention_probe_source_fixes():
+    from loadguard.workarounds.v4_behaviour import attention_probe_source_fix, rope_default_source_fix
+
+    rope = textwrap.dedent("""\
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+
+        def inv_freq(config):
+            return ROPE_INIT_FUNCTIONS["default"](config, None)[0]
+        """)
+    text = rope_default_source_fix({"modeling_x.py": rope}, {}, None)[0]["modeling_x.py"]
+    namespace: dict = {}
+    exec(compile(text, "x", "exec"), namespace)
+    config = type("C", (), {"rope_theta": 10000.0, "hidden_size": 8, "num_attention_heads": 2, "head_dim": 4})()
+    assert namespace["inv_freq"](config).tolist() == pytest.approx([1.0, 0.01])
+    assert rope_default_source_fix({"modeling_y.py": "import torch\n"}, {}, None)[0] == {}
+    probe = textwrap.dedent("""\
+        class Wrapper:
+            @property
+            def _supports_sdpa(self):
+                return self.language_model._supports_sdpa
+        """)
+    text = attention_probe_source_fix({"modeling_x.py": probe}, {}, None)[0]["modeling_x.py"]
+    namespace = {}
+    exec(compile(text, "x", "exec"), namespace)
+    wrapper = namespace["Wrapper"]()
+    assert wrapper._supports_sdpa is True  # before the submodule exists: the class's answer
+    wrapper.language_model = type("L", (), {"_supports_sdpa": False})()
+    assert wrapper._supports_sdpa is False  # then the submodule's
+
+
+def test_a_recompute_reading_the_default_dtype_runs_under_the_loaded_dtype():
+    source = textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        class Rope(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.n = n
+                self.register_buffer("a", torch.arange(n, dtype=torch.float32), persistent=False)
+                self.register_buffer("b", torch.linspace(0, 1, n), persistent=False)
+        """)
+    plain = _codemod.recompute(source, 9, "a", "buffer", on_meta=False)
+    dtyped = _codemod.recompute(source, 10, "b", "buffer", on_meta=False)
+    assert (plain.default_dtype, dtyped.default_dtype) == (False, True)
+    assert "set_default_dtype" not in _codemod_write._branch_text(plain, "module")
+    text = _codemod_write._branch_text(dtyped, "module")
+    assert "torch.set_default_dtype(self.dtype)" in text and "finally:\n        torch.set_default_dtype(saved" in text
+    assert _codemod_write.merge([plain, dtyped])[0].default_dtype is True
+
+
+def test_a_local_assigned_under_an_if_of_the_config_is_recomputed_by_replaying_the_if():
+    """`self.cache_qmax` from a local that `__init__` assigns under `if config...`: the whole `if` is replayed from the
+    config; an `if` that does more than assign locals is still refused."""
+    source = textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        class Cache(nn.Module):
+            def __init__(self, config, bits=8):
+                super().__init__()
+                self.config = config
+                qmax = 127
+                if config.quantize:
+                    qmax = 2 ** (bits - 1) - 1
+                elif config.wide:
+                    qmax = 2**15 - 1
+                else:
+                    scale = 2.0
+                    qmax = int(scale * 100)
+                self.register_buffer("cache_qmax", torch.tensor(qmax), persistent=False)
+                if config.extra:
+                    self.extra = nn.Linear(2, 2)
+                    limit = 3
+                self.register_buffer("limit", torch.tensor(limit if config.extra else 0), persistent=False)
+        """)
+    line = next(i + 1 for i, text in enumerate(source.splitlines()) if '"cache_qmax"' in text)
+    branch = _codemod.recompute(source, line, "cache_qmax", "buffer", on_meta=False, available=frozenset({"config"}))
+    text = "\n".join(branch.statements)
+    assert "if module.config.quantize:\n    qmax = 2 ** (module.bits - 1) - 1" in text and branch.keep == ("bits",)
+    assert text.index("qmax = 127") < text.index("if module.config.quantize") < text.index("module.cache_qmax.copy_(")
+    import torch
+
+    for quantize, wide, expected in ((True, False, 127), (False, True, 32767), (False, False, 200)):
+        module = type("M", (), {})()
+        module.config = type("C", (), {"quantize": quantize, "wide": wide})()
+        module.bits, module.cache_qmax = 8, torch.tensor(0)
+        exec(compile(text, "branch", "exec"), {"torch": torch, "module": module})
+        assert module.cache_qmax.item() == expected
+    line = next(i + 1 for i, text in enumerate(source.splitlines()) if '"limit"' in text)
+    with pytest.raises(_codemod.Refused, match="an if that does more than assign local names"):
+        _codemod.recompute(source, line, "limit", "buffer", on_meta=False, available=frozenset({"config"}))
+
+
+def test_a_table_a_free_function_makes_on_the_module_is_recomputed_by_calling_it_again():
+    """The line that made it sits in a function of the file (not a method) that the class's __init__ calls with self:
+    that call is replayed, on the loaded tensor's device."""
+    source = textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        def setup_rope(module, dim, base=10000.0, device=None):
+            inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=device).float() / dim))
+            module.register_buffer("inv_freq", inv_freq, persistent=False)
+
+
+        class Rotary(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.dim = config.head_dim
+                setup_rope(self, self.dim)
+        """)
+    line = next(i + 1 for i, text in enumerate(source.splitlines()) if "register_buffer" in text)
+    with pytest.raises(_codemod.Refused, match="not in a method of a class"):
+        _codemod.recompute(source, line, "inv_freq", "buffer", on_meta=False)
+    branch = _codemod.recompute(source, line, "inv_freq", "buffer", on_meta=False, owner="Rotary")
+    assert branch.cls == "Rotary" and "setup_rope" in branch.globals
+    assert branch.statements == ("setup_rope(module, module.dim, device=module.inv_freq.device)",)
+    with pytest.raises(_codemod.Refused, match="does not call"):
+        _codemod.recompute(
+            source.replace("setup_rope(self, self.dim)", "pass"),
+            line,
+            "inv_freq",
+            "buffer",
+            on_meta=False,
+            owner="Rotary",
+        )

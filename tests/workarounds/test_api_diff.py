@@ -63,7 +63,7 @@ def test_every_name_the_workaround_claims_is_given_back(zoo_folder):
 def test_the_stand_ins_mean_what_4x_meant():
     import torch
 
-    from loadguard.workarounds.v4_names import find_pruneable_heads_and_indices, prune_linear_layer
+    from loadguard.workarounds.v4_standins import find_pruneable_heads_and_indices, prune_linear_layer
 
     heads, index = find_pruneable_heads_and_indices([0, 2], n_heads=4, head_size=3, already_pruned_heads={2})
     assert heads == {0} and index.tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11]

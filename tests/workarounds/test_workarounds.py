@@ -516,3 +516,31 @@ def test_leaked_typing_names_are_found_behind_any_star_import_and_other_files_ar
     wrapped = "from torch.nn.functional \\\n    import *\ndef f(x: List[int]) -> Optional[int]:\n    return None\n"
     assert _leaked_names(wrapped) == {"List", "Optional"}
     assert _leaked_names("from  torch.nn.functional  import  *  # noqa\nx: Dict = {}\n") == {"Dict"}
+
+
+def test_a_failure_that_says_nothing_is_matched_by_the_line_that_raised_it(tmp_path):
+    """A bare `assert` on a 4.x config default (no message to match a signature): the workaround whose `touches` the
+    failing line of the model's code matches is the one `auto` tries; a line about something else matches none."""
+    import linecache
+
+    from loadguard.workarounds import _registry, get
+
+    def raised(line: str) -> BaseException:
+        filename = str(tmp_path / "transformers_modules" / "m" / "modeling_m.py")
+        source = f"def build(config):\n    {line}\n"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        namespace: dict = {}
+        exec(compile(source, filename, "exec"), namespace)
+        config = type("C", (), {"max_length": None, "hidden": 2})()
+        try:
+            namespace["build"](config)
+        except BaseException as error:
+            return error
+        raise AssertionError("it did not raise")
+
+    generation = get("v4-config-generation-defaults")
+    assert generation.fixes_error(raised("assert config.max_length is not None"))
+    assert not generation.fixes_error(raised("assert config.hidden == 3"))
+    assert "v4-config-generation-defaults" in [w.name for w in _registry.matching(raised("assert config.max_length"))]
+    message = raised("assert config.max_length, 'max_length must be set'")
+    assert not generation.fixes_error(message)  # a failure that says something is matched by what it says

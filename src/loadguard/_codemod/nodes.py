@@ -29,6 +29,15 @@ def walk_statements(block: cst.BaseSuite):
                 yield from walk_statements(orelse.body if isinstance(orelse, (cst.Else, cst.If)) else orelse)
 
 
+def assigned_targets(small: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What an assignment (``a = b = ...``, ``a: T = ...``, ``a += ...``) writes; nothing for any other statement."""
+    if isinstance(small, cst.Assign):
+        return [t.target for t in small.targets]
+    if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+        return [small.target]
+    return []
+
+
 def target_names(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [n for element in target.elements for n in target_names(element.value)]
@@ -111,7 +120,7 @@ def module_names(module: cst.Module) -> dict[str, cst.CSTNode]:
                     for alias in small.names:
                         bound[alias.evaluated_alias or alias.evaluated_name] = statement
                 elif isinstance(small, (cst.Assign, cst.AnnAssign)):
-                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    targets = assigned_targets(small)
                     for target in targets:
                         if isinstance(target, cst.Name):
                             bound[target.value] = statement
@@ -157,3 +166,14 @@ def import_of(source: str, name: str, module_stem: str) -> str | None:
         dots = "." * len(small.relative)
         return f"from {dots}{code_of(small.module) if small.module else ''} import {text}"
     return f"from .{module_stem} import {name}"
+
+
+def parse_error(source: str) -> str | None:
+    """Why ``source`` is not Python libcst can edit (its first line), or None when it parses."""
+    try:
+        cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        return f"line {error.raw_line}: {str(error).splitlines()[0]}"
+    except Exception as error:  # libcst rejects some inputs outside its syntax errors (an encoding declaration)
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return None

@@ -8,11 +8,22 @@
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .constructor import (
+    InitFacts,
+    assignments_before,
+    calling_init,
+    free_call,
+    made_value,
+    replayable_if,
+    self_call,
+    with_device,
+)
 from .nodes import (
     at_top_level,
     class_named,
@@ -21,8 +32,6 @@ from .nodes import (
     indented,
     method_named,
     nested_under,
-    parameters_of,
-    target_names,
     walk_statements,
 )
 
@@ -42,6 +51,9 @@ class Branch:
     line: int = (
         0  # where __init__ makes it: recomputes run in __init__'s order (a cache computed from inv_freq after it)
     )
+    default_dtype: bool = False
+    """The recompute depends on ``torch.get_default_dtype()`` (a factory without ``dtype=``, or the call itself): it
+    runs under the dtype the model is loaded in, as ``__init__`` ran under ``from_pretrained(dtype=...)``."""
 
 
 class Refused(Exception):
@@ -131,106 +143,6 @@ class _Rename(cst.CSTTransformer):
         return self.mapping.get(original.value, updated)
 
 
-def _self_call(node: cst.BaseExpression, method: str | None = None) -> cst.Call | None:
-    """``self.<method>(...)`` (any method when ``method`` is None)."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name):
-        if node.func.value.value == "self" and (method is None or node.func.attr.value == method):
-            return node
-    return None
-
-
-def _unwrap_parameter(node: cst.BaseExpression) -> cst.BaseExpression:
-    """``nn.Parameter(x, ...)`` -> ``x``: the value, without making a new parameter (in both arms of ``a if c else b``)."""
-    if isinstance(node, cst.IfExp):
-        return node.with_changes(body=_unwrap_parameter(node.body), orelse=_unwrap_parameter(node.orelse))
-    if isinstance(node, cst.Call) and node.args and code_of(node.func).split(".")[-1] == "Parameter":
-        return node.args[0].value
-    return node
-
-
-def _made_value(statement: cst.SimpleStatementLine, attribute: str) -> cst.BaseExpression | None:
-    """The expression ``statement`` gives ``self.<attribute>``: a ``register_buffer`` / ``register_parameter`` call or an
-    assignment (a parameter's ``nn.Parameter(...)`` unwrapped)."""
-    for small in statement.body:
-        if isinstance(small, cst.Expr) and (call := _self_call(small.value)) is not None:
-            if call.func.attr.value in ("register_buffer", "register_parameter") and len(call.args) >= 2:
-                named = code_of(call.args[0].value).strip("'\"")
-                if named == attribute:
-                    value = next(
-                        (
-                            a.value
-                            for a in call.args[1:]
-                            if a.keyword is None or a.keyword.value in ("tensor", "param")
-                        ),
-                        None,
-                    )
-                    return _unwrap_parameter(value) if value is not None else None
-        targets = (
-            [t.target for t in small.targets]
-            if isinstance(small, cst.Assign)
-            else [small.target]
-            if isinstance(small, cst.AnnAssign)
-            else []
-        )
-        for target in targets:
-            if (
-                isinstance(target, cst.Attribute)
-                and code_of(target) == f"self.{attribute}"
-                and small.value is not None
-            ):
-                return _unwrap_parameter(small.value)
-    return None
-
-
-@dataclass
-class _Init:
-    """A class's ``__init__``: its parameters, its statements in order, and which arguments it keeps as attributes."""
-
-    function: cst.FunctionDef
-    parameters: list[str] = field(default_factory=list)
-    kept: dict[str, str] = field(default_factory=dict)  # argument -> attribute it is stored in (self.x = x)
-    assigned: set[str] = field(default_factory=set)  # every self.<attribute> it assigns
-
-    @classmethod
-    def of(cls, function: cst.FunctionDef) -> _Init:
-        init = cls(
-            function,
-            [
-                p.name.value
-                for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)
-            ],
-        )
-        for statement in walk_statements(function.body):
-            for small in statement.body:
-                if isinstance(small, cst.Assign):
-                    for target in small.targets:
-                        if isinstance(target.target, cst.Attribute) and code_of(target.target.value) == "self":
-                            init.assigned.add(target.target.attr.value)
-                            if isinstance(small.value, cst.Name) and small.value.value in init.parameters:
-                                init.kept.setdefault(small.value.value, target.target.attr.value)
-        return init
-
-
-def _assignments_before(function: cst.FunctionDef, stop: cst.CSTNode) -> dict[str, list[cst.SimpleStatementLine]]:
-    """Local names assigned (``x = ...``) in ``function`` before ``stop``, with the statements, in order."""
-    found: dict[str, list[cst.SimpleStatementLine]] = {}
-    for statement in walk_statements(function.body):
-        if statement is stop:
-            break
-        for small in statement.body:
-            targets = (
-                [t.target for t in small.targets]
-                if isinstance(small, cst.Assign)
-                else [small.target]
-                if isinstance(small, cst.AnnAssign)
-                else []
-            )
-            for target in targets:
-                for name in target_names(target):
-                    found.setdefault(name, []).append(statement)
-    return found
-
-
 def recompute(
     source: str,
     line: int,
@@ -240,46 +152,71 @@ def recompute(
     on_meta: bool,
     init_param: str = "module",
     available: frozenset[str] = frozenset(),
+    owner: str | None = None,
 ) -> Branch:
     """The branch that recomputes ``self.<attribute>`` the way the code on ``line`` made it (the line
     :mod:`loadguard._hf.origins` recorded): the expression of its ``register_buffer`` / assignment with ``self.`` ->
     ``module.``, the local statements it reads before it, or -- made inside a helper method -- the helper called again
     as ``__init__`` calls it. ``kind``: parameter, buffer or attribute; ``available``: attributes the live instance has
-    (an argument such as ``config`` that a ``PreTrainedModel`` keeps). Raises :class:`Refused` with the reason."""
+    (an argument such as ``config`` that a ``PreTrainedModel`` keeps). ``owner``: the class of the module that holds the
+    tensor, for a line in a free function of the file that the class's ``__init__`` calls with ``self`` (the call is
+    replayed). Raises :class:`Refused` with the reason."""
     tree = cst.parse_module(source)
     statement, around = statement_at(tree, line)
     classes = [n for n in around if isinstance(n, cst.ClassDef)]
     functions = [n for n in around if isinstance(n, cst.FunctionDef)]
+    free = None  # a function of the file (not a method) that makes the tensor on the module it is given
+    if not classes and functions and owner is not None and class_named(tree, owner) is not None:
+        free = functions[0]
+        classes = [class_named(tree, owner)]
     if not classes or not functions:
-        raise Refused(f"line {line} is not in a method of a class")
-    cls, function = classes[-1], functions[-1]
+        raise Refused(f"line {line} is not in a method of a class, nor in a function of this file its class calls")
+    cls, function = classes[-1], functions[-1] if free is None else free
     init = method_named(cls, "__init__")
     if init is None:
         raise Refused(f"{cls.name.value} has no __init__ of its own")
-    facts = _Init.of(init)
-    if function is init:
-        value = _made_value(statement, attribute)
+    facts = InitFacts.of(init)
+    if free is not None:
+        helper = free.name.value
+        calls = [
+            st
+            for st in walk_statements(init.body)
+            for small in st.body
+            if isinstance(small, cst.Expr) and free_call(small.value, helper)
+        ]
+        if not calls:
+            raise Refused(
+                f"line {line} is in {helper}(), a function of the file that {cls.name.value}.__init__ does not call "
+                "with self"
+            )
+        anchor = calls[-1]
+        expression = next(
+            small.value for small in anchor.body if isinstance(small, cst.Expr) and free_call(small.value, helper)
+        )
+        expression = with_device(expression, function, attribute, on_meta, method=False)
+    elif function is init:
+        value = made_value(statement, attribute)
         if value is None:
             raise Refused(f"line {line} neither registers nor assigns self.{attribute}")
         anchor, expression, helper = statement, value, None
     else:
         helper = function.name.value
-        init, calls = _calling_init(tree, cls, init, helper)
+        init, calls = calling_init(tree, cls, init, helper)
         if not calls:
             raise Refused(
                 f"self.{attribute} is made in {cls.name.value}.{helper}(), which no __init__ of its class or its bases in this file calls"
             )
-        facts = _Init.of(init)
+        facts = InitFacts.of(init)
         anchor = calls[-1]
         expression = next(
-            small.value for small in anchor.body if isinstance(small, cst.Expr) and _self_call(small.value, helper)
+            small.value for small in anchor.body if isinstance(small, cst.Expr) and self_call(small.value, helper)
         )
-        expression = _with_device(expression, function, attribute, on_meta)
+        expression = with_device(expression, function, attribute, on_meta)
     if nested_under(init, anchor, (cst.For, cst.While, cst.With, cst.Try)):
         raise Refused(f"self.{attribute} is made inside a loop, with or try block of {cls.name.value}.__init__")
     # made under an if of __init__, or by "a if c else None": only the instances that have it
     guard = None if at_top_level(init, anchor) and not isinstance(expression, cst.IfExp) else attribute
-    before = _assignments_before(init, anchor)
+    before = assignments_before(init, anchor)
     pending, seen, used_parameters, needed_globals = list(_Names.of(expression)), set(), set(), set()
     chosen: list[cst.SimpleStatementLine] = []
     while pending:
@@ -288,18 +225,30 @@ def recompute(
             continue
         seen.add(name)
         if name in before:
-            made = before[name][-1]
-            if not at_top_level(init, made):
-                raise Refused(
-                    f"self.{attribute} depends on {name!r}, which {cls.name.value}.__init__ assigns conditionally or in a loop"
-                )
-            if made not in chosen:
+            for made in before[name]:
+                if not at_top_level(init, made):
+                    # assigned under an `if` of __init__: the whole `if` is replayed (its tests read from the config and
+                    # constructor arguments as the rest does), when it does nothing but assign locals
+                    made = replayable_if(init, made)
+                    if made is None:
+                        raise Refused(
+                            f"self.{attribute} depends on {name!r}, which {cls.name.value}.__init__ assigns in a loop, "
+                            "a with or try block, or an if that does more than assign local names"
+                        )
+                if made in chosen:
+                    continue
                 chosen.append(made)
-            pending += [
-                n
-                for small in made.body
-                for n in _Names.of(small.value if hasattr(small, "value") and small.value is not None else small)
-            ]
+                pending += (
+                    list(_Names.of(made))
+                    if isinstance(made, cst.If)
+                    else [
+                        n
+                        for small in made.body
+                        for n in _Names.of(
+                            small.value if hasattr(small, "value") and small.value is not None else small
+                        )
+                    ]
+                )
         elif name in facts.parameters:
             used_parameters.add(name)
         elif name not in _BUILTINS:
@@ -323,7 +272,9 @@ def recompute(
         else:
             keep.append(name)
             mapping[name] = f"{init_param}.{name}"
-    order = [s for s in walk_statements(init.body) if s in chosen]
+    order = [
+        s for s in init.body.body if s in chosen
+    ]  # all top level: statements and replayed ifs, in __init__'s order
     if any(draws_random(node) for node in (expression, *order)):
         raise Refused(
             f"self.{attribute} is drawn from random numbers: no recompute can give the value the model was saved with"
@@ -346,54 +297,22 @@ def recompute(
         body = "\n".join(statements)
         statements = [f"if getattr({init_param}, {attribute!r}, None) is not None:\n" + indented(body)]
     position = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)[anchor].start.line
-    return Branch(cls.name.value, tuple(statements), frozenset(needed_globals), tuple(keep), (attribute,), position)
-
-
-def _calling_init(
-    tree: cst.Module, cls: cst.ClassDef, init: cst.FunctionDef, helper: str
-) -> tuple[cst.FunctionDef, list]:
-    """The ``__init__`` that calls ``self.<helper>(...)`` for instances of ``cls``: its own, or -- through
-    ``super().__init__`` -- a base class's of the same file (a subclass overriding the helper the base calls)."""
-    for _ in range(4):
-        calls = [
-            s
-            for s in walk_statements(init.body)
-            for small in s.body
-            if isinstance(small, cst.Expr) and _self_call(small.value, helper)
-        ]
-        if calls:
-            return init, calls
-        bases = [class_named(tree, code_of(b.value)) for b in cls.bases if isinstance(b.value, cst.Name)]
-        supers = any(
-            isinstance(small, cst.Expr) and code_of(small.value).replace(" ", "").startswith("super().__init__(")
-            for st in walk_statements(init.body)
-            for small in st.body
-        )
-        found = next(((b, m) for b in bases if b is not None and (m := method_named(b, "__init__")) is not None), None)
-        if not supers or found is None:
-            return init, []
-        cls, init = found
-    return init, []
-
-
-def _with_device(call: cst.Call, helper: cst.FunctionDef, attribute: str, on_meta: bool) -> cst.Call:
-    """A helper that takes ``device`` and is called without it: given the device the loaded tensor is on (the model may
-    sit on a GPU), unless that tensor is on meta."""
-    names = parameters_of(helper)
-    if on_meta or "device" not in names:
-        return call
-    position = names.index("device") - 1  # self
-    if (
-        any(a.keyword is not None and a.keyword.value == "device" for a in call.args)
-        or sum(a.keyword is None for a in call.args) > position
-    ):
-        return call
-    argument = cst.Arg(
-        keyword=cst.Name("device"),
-        value=cst.parse_expression(f"self.{attribute}.device"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    read = [expression, *order] + ([function] if helper is not None else [])
+    return Branch(
+        cls.name.value,
+        tuple(statements),
+        frozenset(needed_globals),
+        tuple(keep),
+        (attribute,),
+        position,
+        any(_DEFAULT_DTYPE.search(code_of(node)) for node in read),
     )
-    return call.with_changes(args=[*call.args, argument])
+
+
+# what gives a different value under another default dtype: the default dtype itself, a float factory without dtype=
+_DEFAULT_DTYPE = re.compile(
+    r"get_default_dtype\(|\btorch\.(linspace|logspace|zeros|ones|full|empty|rand|randn|tensor)\((?![^()]*dtype)"
+)
 
 
 __all__ = ["Branch", "Refused", "recompute", "statement_at"]

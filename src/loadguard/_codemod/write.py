@@ -8,6 +8,7 @@ import libcst as cst
 
 from .nodes import (
     after_docstring,
+    assigned_targets,
     bound_names,
     class_named,
     code_of,
@@ -37,6 +38,7 @@ def merge(branches: list[Branch]) -> list[Branch]:
             tuple(dict.fromkeys(known.keep + branch.keep)),
             known.tensors + branch.tensors,
             known.line,
+            known.default_dtype or branch.default_dtype,
         )
     return list(out.values())
 
@@ -45,9 +47,17 @@ def _block(text: str) -> list[cst.BaseStatement]:
     return list(cst.parse_module(text + "\n").body)
 
 
-def _branch_text(branch: Branch, init_param: str) -> str:
+def _branch_text(branch: Branch, init_param: str, owner: str = "self") -> str:
     body = "\n".join(branch.statements)
-    return f"if isinstance({init_param}, {branch.cls}):\n    with torch.no_grad():\n{indented(body, '        ')}"
+    recompute = f"with torch.no_grad():\n{indented(body, '    ')}"
+    if branch.default_dtype:  # __init__ ran under the dtype the model is loaded in (from_pretrained(dtype=...))
+        recompute = (
+            "saved_default_dtype = torch.get_default_dtype()\n"
+            f"if {owner}.dtype.is_floating_point:  # as __init__ ran: under the dtype the model is loaded in\n"
+            f"    torch.set_default_dtype({owner}.dtype)\n"
+            f"try:\n{indented(recompute, '    ')}\nfinally:\n    torch.set_default_dtype(saved_default_dtype)"
+        )
+    return f"if isinstance({init_param}, {branch.cls}):\n{indented(recompute, '    ')}"
 
 
 def init_weights_parameter(source: str, cls_name: str) -> str | None:
@@ -70,7 +80,8 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
     function = method_named(cls, "_init_weights")
     if function is not None:
         parameter = init_weights_parameter(source, cls_name) or "module"
-        blocks = [s for b in branches for s in _block(_branch_text(b, parameter))]
+        owner = (parameters_of(function) or ["self"])[0]
+        blocks = [s for b in branches for s in _block(_branch_text(b, parameter, owner))]
         body = list(function.body.body)
         at = after_docstring(body)
         new_function = function.with_changes(body=function.body.with_changes(body=[*body[:at], *blocks, *body[at:]]))
@@ -81,7 +92,7 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
         text = "def _init_weights(self, module):\n    super()._init_weights(module)\n" + "\n".join(
             indented(_branch_text(b, "module")) for b in branches
         )
-        method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine()])
+        method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, method]))
     return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code
 
@@ -175,16 +186,19 @@ _INIT_FUNCTIONS = (
 )
 
 
-def _written_tensor(small: cst.BaseSmallStatement, parameter: str) -> str | None:
+def _written_tensor(
+    small: cst.BaseSmallStatement, parameter: str, tensors: frozenset[str] = frozenset()
+) -> str | None:
     """``module.weight`` when ``small`` writes into it in place (``module.weight.data.normal_()``,
-    ``nn.init.zeros_(module.bias)``, ``module.weight.data[0] = ...``); None otherwise."""
+    ``nn.init.zeros_(module.bias)``, ``module.weight.data[0] = ...``), or ``p`` for a loop variable over the module's
+    tensors (``for name, p in module.named_parameters(): p.data.normal_()``, in ``tensors``); None otherwise."""
 
     def root(node: cst.BaseExpression) -> str | None:
         while isinstance(node, (cst.Attribute, cst.Subscript)):
             if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == parameter:
                 return f"{parameter}.{node.attr.value}"
             node = node.value
-        return None
+        return node.value if isinstance(node, cst.Name) and node.value in tensors else None
 
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         call = small.value
@@ -199,20 +213,49 @@ def _written_tensor(small: cst.BaseSmallStatement, parameter: str) -> str | None
         if isinstance(call.func, cst.Name) and call.func.value in _INIT_FUNCTIONS and call.args:
             return root(call.args[0].value)
     if isinstance(small, (cst.Assign, cst.AugAssign)):
-        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+        targets = assigned_targets(small)
         for target in targets:
             if isinstance(target, cst.Subscript) and (found := root(target)) is not None:
                 return found
     return None
 
 
+_TENSOR_LOOPS = {"parameters": 0, "buffers": 0, "named_parameters": 1, "named_buffers": 1}
+
+
 class _GuardWrites(cst.CSTTransformer):
     def __init__(self, parameter: str):
         self.parameter = parameter
         self.guarded = 0
+        self.tensors: list[str] = []  # loop variables that are the module's own tensors, innermost last
+
+    def _loop_tensor(self, node: cst.For) -> str | None:
+        call = node.iter
+        if not (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and code_of(call.func.value) == self.parameter
+            and call.func.attr.value in _TENSOR_LOOPS
+        ):
+            return None
+        index = _TENSOR_LOOPS[call.func.attr.value]
+        target = node.target
+        if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+            target = target.elements[index].value
+        return target.value if isinstance(target, cst.Name) and (index == 0 or node.target is not target) else None
+
+    def visit_For(self, node):
+        self.tensors.append(self._loop_tensor(node) or "")
+
+    def leave_For(self, original, updated):
+        self.tensors.pop()
+        return updated
 
     def leave_SimpleStatementLine(self, original, updated):
-        written = sorted({t for small in updated.body if (t := _written_tensor(small, self.parameter)) is not None})
+        tensors = frozenset(t for t in self.tensors if t)
+        written = sorted(
+            {t for small in updated.body if (t := _written_tensor(small, self.parameter, tensors)) is not None}
+        )
         if not written:
             return updated
         self.guarded += 1
@@ -291,13 +334,7 @@ def class_assignments(source: str, name: str) -> dict[str, str]:
             for statement in cls.body.body:
                 if isinstance(statement, cst.SimpleStatementLine):
                     for small in statement.body:
-                        targets = (
-                            [t.target for t in small.targets]
-                            if isinstance(small, cst.Assign)
-                            else [small.target]
-                            if isinstance(small, cst.AnnAssign)
-                            else []
-                        )
+                        targets = assigned_targets(small)
                         if (
                             any(isinstance(t, cst.Name) and t.value == name for t in targets)
                             and small.value is not None
@@ -372,15 +409,33 @@ def accept_keywords(source: str, function: str, positional: int = 1) -> str:
 
 
 def config_reads(source: str, defaults: dict[str, object]) -> str:
-    """Reads of ``<...>config.<name>`` for ``name`` in ``defaults`` -> ``getattr(<...>config, "<name>", default)``
-    (assignments to them are left alone): what transformers 4 configs always carried, read the way that works on 5."""
+    """Reads of ``<...>config.<name>`` for ``name`` in ``defaults`` -> ``getattr(<...>config, "<name>", default)``, and
+    of ``self.<name>`` inside a config class (a ``configuration_*.py`` reading its own generation defaults); assignments
+    to them are left alone: what transformers 4 configs always carried, read the way that works on 5."""
 
     class Reads(cst.CSTTransformer):
+        def __init__(self):
+            super().__init__()
+            self.configs: list[bool] = []  # for each class around: whether it is a config class (its reads of self.x)
+
+        def visit_ClassDef(self, node):
+            self.configs.append(any(code_of(b.value).endswith("Config") for b in node.bases))
+
+        def leave_ClassDef(self, original, updated):
+            self.configs.pop()
+            return updated
+
         def visit_AssignTarget(self, node):
             return False
 
+        def visit_AugAssign(self, node):
+            node.value.visit(self)
+            return False
+
         def leave_Attribute(self, original, updated):
-            if updated.attr.value in defaults and code_of(updated.value).split(".")[-1] in ("config", "text_config"):
+            owner = code_of(updated.value)
+            inside_config = bool(self.configs) and self.configs[-1] and owner == "self"
+            if updated.attr.value in defaults and (inside_config or owner.split(".")[-1] in ("config", "text_config")):
                 return cst.parse_expression(
                     f"getattr({code_of(updated.value)}, {updated.attr.value!r}, {defaults[updated.attr.value]!r})"
                 )

@@ -76,7 +76,17 @@ from ._registry import (
 )
 
 with registering_from(BUILT_IN):  # the built-ins depend on the registry only; registered before any lookup
-    from . import minicpmv, remote_code, transformers_v4, v4_api, v4_auto, v4_behaviour, v4_names  # noqa: F401
+    from . import (  # noqa: F401
+        lazy_packages,
+        minicpmv,
+        remote_code,
+        transformers_v4,
+        v4_api,
+        v4_auto,
+        v4_behaviour,
+        v4_names,
+        v4_onnx,
+    )
 
 __all__ = [
     "AUTO",

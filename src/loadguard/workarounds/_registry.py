@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import linecache
 import re
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from importlib.metadata import entry_points
@@ -43,17 +45,28 @@ def _regex(pattern: str) -> re.Pattern:  # once a process: some are long (v4-mod
 @dataclass(frozen=True)
 class Signature:
     """A failure a workaround fixes: an exception type (by name, matched along its class hierarchy) whose
-    message matches ``pattern`` (a regular expression, searched)."""
+    message matches ``pattern`` (a regular expression, searched); with ``raised_in``, only when it was raised through a
+    function of that name (transformers' ``check_imports``: the same message from the model's own import is another
+    failure)."""
 
     exception: str
     pattern: str
+    raised_in: str | None = None
 
     def matches(self, error: BaseException) -> bool:
         names = {cls.__name__ for cls in type(error).__mro__}
-        return self.exception in names and _regex(self.pattern).search(str(error)) is not None
+        if self.exception not in names or _regex(self.pattern).search(str(error)) is None:
+            return False
+        return self.raised_in is None or any(
+            frame.name == self.raised_in for frame in traceback.extract_tb(error.__traceback__)
+        )
 
     def to_dict(self) -> dict[str, str]:
-        return {"exception": self.exception, "pattern": self.pattern}
+        return {
+            "exception": self.exception,
+            "pattern": self.pattern,
+            **({"raised_in": self.raised_in} if self.raised_in else {}),
+        }
 
 
 @dataclass(frozen=True)
@@ -87,8 +100,15 @@ class Workaround:
         return bool(self.native()) if self.native is not None else None
 
     def fixes_error(self, error: BaseException) -> bool:
-        """Whether ``error`` (or an exception it was raised from) is one of the failures this workaround fixes."""
-        return any(signature.matches(e) for e in _chain(error) for signature in self.fixes)
+        """Whether ``error`` (or an exception it was raised from) is one of the failures this workaround fixes: by its
+        declared signatures, or, for a failure that says nothing (a bare ``assert`` on a 4.x config default), by the
+        line of the model's code that raised it using what this workaround gives back (``touches``)."""
+        if any(signature.matches(e) for e in _chain(error) for signature in self.fixes):
+            return True
+        if self.touches is None:
+            return False
+        lines = [line for e in _chain(error) if _says_nothing(e) and (line := _failing_line(e)) is not None]
+        return bool(lines) and bool(self.touches(lines))
 
     def applies(self, config: dict) -> bool:
         """Whether the workaround is for this model, from its config (as a dict)."""
@@ -129,6 +149,21 @@ REGISTRY: dict[str, Workaround] = {}
 _source: contextvars.ContextVar[str | None] = contextvars.ContextVar("loadguard_workaround_source", default=None)
 _external_errors: dict[str, str] = {}  # entry point -> why it could not be imported
 _entry_points_loaded = False
+
+
+def _says_nothing(error: BaseException) -> bool:
+    """An error with no message to match: a bare ``assert``, a ``raise ValueError()``."""
+    return not str(error).strip()
+
+
+def _failing_line(error: BaseException) -> str | None:
+    """The source line of the innermost frame of the model's own code (remote code: ``transformers_modules``) that the
+    error passed through."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if "transformers_modules" in frame.filename:
+            line = linecache.getline(frame.filename, frame.lineno).strip() or frame.line or line
+    return line
 
 
 def _chain(error: BaseException) -> list[BaseException]:

@@ -44,7 +44,7 @@ def fallback_import(
 
         new = tree.visit(Drop())
         if found:
-            body = "\n".join("    " + line for line in fallback.splitlines())
+            body = "\n".join("    " + line if line.strip() else "" for line in fallback.splitlines())
             block = (
                 f"try:\n    from {found[0]} import {name}\nexcept ImportError:  # removed in transformers 5\n{body}\n"
             )

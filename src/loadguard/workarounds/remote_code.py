@@ -181,14 +181,23 @@ def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | No
     return first
 
 
+POST_INIT_ON_5 = (
+    'if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x needs post_init(); 4.x loaded this without it\n'
+    "    self.post_init()"
+)
+"""What an ``__init__`` that never calls ``post_init()`` gets: the call where transformers 5 runs, nothing on 4.x (where
+a new ``post_init()`` would initialize and tie what 4.x's load of this code never did: GLM-style code loads other
+weights then)."""
+
+
 def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
     """The source fix of ``v4-tied-weights-keys``: a v4 ``_tied_weights_keys`` list becomes transformers 5's mapping
     ``{tied key: the input embeddings' weight}`` (iterating it gives 4.x the same keys), and a model class whose
-    ``__init__`` never calls ``post_init()`` calls it last."""
+    ``__init__`` never calls ``post_init()`` calls it last, where transformers 5 runs (:data:`POST_INIT_ON_5`)."""
 
     from transformers import PreTrainedModel
 
-    from .._codemod import Refused, append_to_init, class_assignments, set_class_attribute
+    from .._codemod import Refused, append_to_init, class_assignments, ensure_imports, set_class_attribute
 
     changed = dict(_python(sources))
     done = []
@@ -218,9 +227,11 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
         target = _needs_post_init(cls, classes)
         if target is not None:
             file = classes[target][0]
-            changed[file] = append_to_init(changed[file], target, "self.post_init()")
+            changed[file] = ensure_imports(
+                append_to_init(changed[file], target, POST_INIT_ON_5), ["import transformers"]
+            )
             classes = _class_sources(changed)
-            done.append(f"{target}.__init__ ends with self.post_init()")
+            done.append(f"{target}.__init__ ends with self.post_init() where transformers 5 runs")
     return {n: t for n, t in changed.items() if t != sources[n]}, "; ".join(
         done
     ) + " (written for transformers 4.x's tying)"

@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
+import re
 import sys
+import textwrap
 from collections.abc import Iterator
 
 from ._registry import Usage, workaround
@@ -61,6 +64,35 @@ class _V4RopeFunctions(dict):
         return self[key] if key in self or key == "default" else default
 
 
+def rope_default_source_fix(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
+    """A file that imports ``ROPE_INIT_FUNCTIONS`` gets 4.x's ``"default"`` entry back where the registry lacks it (the
+    same function the workaround gives, defined in the file): on transformers 4 the key is there and nothing changes."""
+    from .._codemod import define_after_imports
+
+    definition = textwrap.dedent(inspect.getsource(v4_default_rope_parameters))
+    definition = re.sub(
+        r"^def v4_default_rope_parameters\(", "def _v4_default_rope_parameters(", definition, flags=re.M
+    )
+    block = (
+        'if "default" not in ROPE_INIT_FUNCTIONS:  # transformers 5 dropped plain RoPE from the registry: 4.x\'s entry\n\n'
+        + textwrap.indent(definition, "    ", lambda line: bool(line.strip()))
+        + '\n    ROPE_INIT_FUNCTIONS = {**ROPE_INIT_FUNCTIONS, "default": _v4_default_rope_parameters}\n'
+    )
+    changed = {}
+    for name, text in sources.items():
+        if not name.endswith(".py") or "_v4_default_rope_parameters" in text:
+            continue
+        imports = re.search(
+            r"^from transformers\.modeling_rope_utils import [^\n]*\bROPE_INIT_FUNCTIONS\b", text, re.M
+        )
+        if imports is not None and re.search(r"ROPE_INIT_FUNCTIONS\s*(\[|\.get\()", text):
+            changed[name] = define_after_imports(text, block)
+    return (
+        changed,
+        "gives ROPE_INIT_FUNCTIONS transformers 4's 'default' entry (plain RoPE) where transformers lacks it",
+    )
+
+
 @workaround(
     "v4-rope-init-default",
     applies_to=has_remote_code,
@@ -72,7 +104,7 @@ class _V4RopeFunctions(dict):
     fixes=[("KeyError", r"^'default'$")],
     native=lambda: "default" in importlib.import_module("transformers.modeling_rope_utils").ROPE_INIT_FUNCTIONS,
     touches=r"ROPE_INIT_FUNCTIONS\s*(\[|\.get\()",
-    source_fix="by hand: compute plain RoPE in the model (inv_freq = 1 / base ** (arange(0, dim, 2) / dim)) where it looks up ROPE_INIT_FUNCTIONS['default'], as transformers' own models now do",
+    source_fix=rope_default_source_fix,
 )
 @contextlib.contextmanager
 def rope_init_default(path, config: dict) -> Iterator[Usage]:
@@ -114,6 +146,41 @@ def _probe_properties(cls: type) -> dict[str, tuple[type, property]]:
     return found
 
 
+def attention_probe_source_fix(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
+    """Each attention-support property of the model's code answers as its class did (True) while the submodule it asks
+    does not exist yet, as the workaround makes it answer; once constructed it asks the submodule as before."""
+    import libcst as cst
+
+    changed, names = {}, set()
+    for file, text in sources.items():
+        if not file.endswith(".py") or not any(name in text for name in PROBES):
+            continue
+
+        class Guard(cst.CSTTransformer):
+            def leave_FunctionDef(self, original, updated):
+                decorated = any(
+                    isinstance(d.decorator, cst.Name) and d.decorator.value == "property" for d in updated.decorators
+                )
+                if not decorated or updated.name.value not in PROBES:
+                    return updated
+                names.add(updated.name.value)
+                body = cst.Module(body=list(updated.body.body)).code
+                guarded = cst.parse_statement(
+                    "try:\n"
+                    + "".join(f"    {line}\n" if line.strip() else "\n" for line in body.splitlines())
+                    + "except AttributeError:  # asked before the submodule exists: the class's answer in transformers 4\n    return True\n"
+                )
+                return updated.with_changes(body=updated.body.with_changes(body=[guarded]))
+
+        new = cst.parse_module(text).visit(Guard()).code
+        if new != text:
+            changed[file] = new
+    return (
+        changed,
+        f"{', '.join(sorted(names))} answer{'s' if len(names) == 1 else ''} True while the submodule they ask does not exist yet",
+    )
+
+
 @workaround(
     "v4-attention-probe",
     applies_to=has_remote_code,
@@ -127,7 +194,7 @@ def _probe_properties(cls: type) -> dict[str, tuple[type, property]]:
     fixes=[("AttributeError", rf"has no attribute '{_ANY_PROBE}'")],
     native=lambda: False,  # every transformers since 4.5x probes the instance during __init__
     touches=rf"def\s+{_ANY_PROBE}\s*\(",
-    source_fix="by hand: make _supports_sdpa / _supports_flash_attn_2 class attributes, or have the property answer getattr(self.language_model, name, True) while the submodule does not exist yet",
+    source_fix=attention_probe_source_fix,
 )
 @contextlib.contextmanager
 def attention_probe(path, config: dict) -> Iterator[Usage]:

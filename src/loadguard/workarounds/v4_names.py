@@ -33,6 +33,7 @@ from typing import Any
 from .._infra import AfterImport
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
+from .v4_standins import OLDER, OLDER_BLOOM, OWN
 
 OWNED_ELSEWHERE = {
     "is_torch_fx_available",
@@ -90,41 +91,7 @@ def removed() -> dict[str, dict[str, str | None]]:
 
 
 # -------------------------------------------------------------------------------------------------------------
-# stand-ins with 4.57's meaning, for names whose home 5.x removed too
-
-
-def find_pruneable_heads_and_indices(heads, n_heads: int, head_size: int, already_pruned_heads):
-    """4.57 ``transformers.pytorch_utils``: the heads to prune (minus those already pruned) and the flat indices to keep."""
-    import torch
-
-    mask = torch.ones(n_heads, head_size)
-    heads = set(heads) - already_pruned_heads
-    for head in heads:
-        head = head - sum(1 if h < head else 0 for h in already_pruned_heads)
-        mask[head] = 0
-    mask = mask.view(-1).contiguous().eq(1)
-    index = torch.arange(len(mask))[mask].long()
-    return heads, index
-
-
-def prune_linear_layer(layer, index, dim: int = 0):
-    """4.57 ``transformers.pytorch_utils``: a new ``nn.Linear`` keeping only ``index`` along ``dim``."""
-    import torch
-    from torch import nn
-
-    index = index.to(layer.weight.device)
-    weight = layer.weight.index_select(dim, index).detach().clone()
-    bias = None
-    if layer.bias is not None:
-        bias = (layer.bias.clone() if dim == 1 else layer.bias[index].clone()).detach()
-    size = list(layer.weight.size())
-    size[dim] = len(index)
-    new = nn.Linear(size[1], size[0], bias=bias is not None).to(layer.weight.device)
-    with torch.no_grad():
-        new.weight.copy_(weight.contiguous())
-        if bias is not None:
-            new.bias.copy_(bias.contiguous())
-    return new
+# stand-ins for names whose home 5.x removed too: availability probes here, functions in v4_standins
 
 
 def _availability(name: str) -> Callable[[], Any] | None:
@@ -155,50 +122,7 @@ def _availability(name: str) -> Callable[[], Any] | None:
     return lambda: lambda *args, **kwargs: installed()
 
 
-def _make_causal_mask(input_ids_shape, dtype, device, past_key_values_length: int = 0):
-    """Older 4.x (Llama, OPT, Bart, Mistral ... before 4.36): an additive causal mask (bsz, 1, tgt, tgt + past)."""
-    from ._attn_mask_v4 import AttentionMaskConverter
-
-    return AttentionMaskConverter._make_causal_mask(input_ids_shape, dtype, device, past_key_values_length)
-
-
-def _expand_mask(mask, dtype, tgt_len=None):
-    """Older 4.x: a padding mask (bsz, src) as an additive mask (bsz, 1, tgt, src)."""
-    from ._attn_mask_v4 import AttentionMaskConverter
-
-    return AttentionMaskConverter._expand_mask(mask, dtype, tgt_len)
-
-
-def _bloom_make_causal_mask(input_ids_shape, device, past_key_values_length: int):
-    """Older 4.x Bloom: a boolean mask, True where a position may not be attended."""
-    import torch
-
-    batch_size, target_length = input_ids_shape
-    mask = torch.empty((target_length, target_length + past_key_values_length), dtype=torch.bool, device=device)
-    seq_ids = torch.arange(target_length, device=device)
-    mask[:, past_key_values_length:] = seq_ids[:, None] < seq_ids[None, :]
-    if past_key_values_length > 0:
-        mask[:, :past_key_values_length] = False
-    return mask[None, None, :, :].expand(batch_size, 1, target_length, target_length + past_key_values_length)
-
-
-def _bloom_expand_mask(mask, tgt_length):
-    """Older 4.x Bloom: a padding mask (bsz, src) as a boolean mask (bsz, 1, tgt, src), True where padded."""
-    return (~(mask[:, None, None, :].to(bool))).expand(
-        mask.shape[0], 1, tgt_length if tgt_length is not None else mask.shape[1], mask.shape[1]
-    )
-
-
-# helpers native model modules had before 4.57 (so the 4.57 diff cannot list them), still imported by remote code
-OLDER = {"_make_causal_mask": _make_causal_mask, "_expand_mask": _expand_mask}
-OLDER_BLOOM = {"_make_causal_mask": _bloom_make_causal_mask, "_expand_mask": _bloom_expand_mask}
 _MODELING = re.compile(r"^transformers\.models\.(\w+)\.modeling_\w+$")
-
-
-OWN: dict[str, Callable[[], Any]] = {
-    "find_pruneable_heads_and_indices": lambda: find_pruneable_heads_and_indices,
-    "prune_linear_layer": lambda: prune_linear_layer,
-}
 
 
 def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | None:
@@ -325,6 +249,89 @@ def _removed_names_pattern() -> str:
     )
 
 
+def _definition(function: Callable, name: str) -> str:
+    """The source of one of the stand-ins above (each imports what it needs inside), defined as ``name``."""
+    import inspect
+    import textwrap
+
+    text = textwrap.dedent(inspect.getsource(function))
+    return re.sub(rf"^def {re.escape(function.__name__)}\(", f"def {name}(", text, count=1, flags=re.M)
+
+
+def fallback(module: str, name: str, origin: str | None) -> str | None:
+    """What a model file can say instead of ``from <module> import <name>`` where transformers 5 removed the name: the
+    same meaning as :func:`provider` gives back at load time, as source (None: nothing can, by hand)."""
+    native_model = _MODELING.match(module)
+    if native_model is not None and name in OLDER:
+        older = OLDER_BLOOM if native_model.group(1) == "bloom" else OLDER
+        return _definition(older[name], name)
+    if name in OWN:
+        return _definition(OWN[name](), name)
+    if origin is not None and origin.startswith("value:"):
+        return f"{name} = {json.loads(origin[len('value:') :])!r}"
+    if origin is not None and _resolves(origin):
+        home, _, qualname = origin.partition(":")
+        first, _, rest = qualname.partition(".")
+        if not rest:
+            return f"from {home} import {first} as {name}"
+        return f"from {home} import {first}\n\n{name} = {qualname}"
+    variant = _ATTENTION_VARIANT.match(name)
+    if variant is not None and f"{variant['prefix']}Attention" in _names(module):
+        return f"from {module} import {variant['prefix']}Attention as {name}"
+    if name == "logger":
+        return f"from transformers.utils import logging\n\n{name} = logging.get_logger({module!r})"
+    match = re.match(r"^is_(?P<package>[a-z0-9_]+?)_available$", name)
+    if match is not None:
+        return (
+            f"def {name}(*args, **kwargs):\n    import importlib.util\n\n"
+            f"    return importlib.util.find_spec({match['package']!r}) is not None"
+        )
+    return None
+
+
+def _removed_imports(text: str) -> list[tuple[str, str, str | None]]:
+    """``(module, name, origin)`` of each name ``text`` imports from a transformers module that 5.x removed it from."""
+    gone = removed()
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("transformers"):
+            here = dict(gone.get(node.module, {}))
+            if _MODELING.match(node.module):
+                here.update({n: None for n in OLDER if n not in here})
+            found += [(node.module, alias.name, here[alias.name]) for alias in node.names if alias.name in here]
+    return found
+
+
+def module_names_source_fix(sources: dict[str, str], config: dict, model: Any) -> tuple[dict[str, str], str]:
+    """Each removed name a model file imports becomes a ``try`` import with a fallback that means what 4.x's name did
+    (its 5.x home, 4.x's definition, 4.57's value): on transformers 4 the import works and nothing changes. A name with
+    no fallback is refused, naming the file and the name."""
+    from .._codemod import Refused
+    from ._source_fixes import fallback_import
+
+    edited = dict(sources)
+    names = []
+    for file in [f for f in sources if f.endswith(".py")]:
+        for module, name, origin in _removed_imports(sources[file]):
+            if name in OWNED_ELSEWHERE:
+                continue
+            text = fallback(module, name, origin)
+            if text is None:
+                raise Refused(
+                    f"{file} imports {name} from {module}, which transformers 5 removed and which has no stand-in: "
+                    "import it from its new home or copy its 4.x definition by hand"
+                )
+            changed, _ = fallback_import({file: edited[file]}, name, (module,), text)
+            edited.update(changed)
+            names.append(name)
+    changed = {f: t for f, t in edited.items() if t != sources[f]}
+    listed = sorted(set(names))
+    return changed, (
+        f"imports {', '.join(listed)} where transformers has {'it' if len(listed) == 1 else 'them'}, else defines "
+        f"{'it' if len(listed) == 1 else 'each'} as transformers 4 did"
+    )
+
+
 @workaround(
     "v4-module-names",
     applies_to=has_remote_code,
@@ -336,7 +343,7 @@ def _removed_names_pattern() -> str:
     fixes=[("ImportError", _removed_names_pattern()), ("AttributeError", _removed_names_pattern())],
     native=lambda: int(importlib.import_module("transformers").__version__.split(".")[0]) < 5,
     touches=lambda sources: any(_imports_a_removed_name(source) for source in sources),
-    source_fix="by hand: import each name from its transformers 5 home (the workaround's detail lists the names the load used)",
+    source_fix=module_names_source_fix,
 )
 @contextlib.contextmanager
 def module_names(path, config: dict) -> Iterator[Usage]:

@@ -1,0 +1,96 @@
+"""Stand-ins with transformers 4.x's meaning for names 5.x removed together with their home, each self-contained (it
+imports what it needs inside): what ``v4-module-names`` gives back at load time, and, as source, what its fix writes
+into a model file (:func:`loadguard.workarounds.v4_names.fallback`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def find_pruneable_heads_and_indices(heads, n_heads: int, head_size: int, already_pruned_heads):
+    """4.57 ``transformers.pytorch_utils``: the heads to prune (minus those already pruned) and the flat indices to keep."""
+    import torch
+
+    mask = torch.ones(n_heads, head_size)
+    heads = set(heads) - already_pruned_heads
+    for head in heads:
+        head = head - sum(1 if h < head else 0 for h in already_pruned_heads)
+        mask[head] = 0
+    mask = mask.view(-1).contiguous().eq(1)
+    index = torch.arange(len(mask))[mask].long()
+    return heads, index
+
+
+def prune_linear_layer(layer, index, dim: int = 0):
+    """4.57 ``transformers.pytorch_utils``: a new ``nn.Linear`` keeping only ``index`` along ``dim``."""
+    import torch
+    from torch import nn
+
+    index = index.to(layer.weight.device)
+    weight = layer.weight.index_select(dim, index).detach().clone()
+    bias = None
+    if layer.bias is not None:
+        bias = (layer.bias.clone() if dim == 1 else layer.bias[index].clone()).detach()
+    size = list(layer.weight.size())
+    size[dim] = len(index)
+    new = nn.Linear(size[1], size[0], bias=bias is not None).to(layer.weight.device)
+    with torch.no_grad():
+        new.weight.copy_(weight.contiguous())
+        if bias is not None:
+            new.bias.copy_(bias.contiguous())
+    return new
+
+
+def _make_causal_mask(input_ids_shape, dtype, device, past_key_values_length: int = 0):
+    """Older 4.x (Llama, OPT, Bart, Mistral ... before 4.36): an additive causal mask (bsz, 1, tgt, tgt + past)."""
+    import torch
+
+    batch, length = input_ids_shape
+    rows = torch.arange(length, device=device)[:, None]
+    columns = torch.arange(length + past_key_values_length, device=device)[None, :]
+    blocked = columns > rows + past_key_values_length  # the future
+    mask = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
+    return mask[None, None].expand(batch, 1, length, length + past_key_values_length)
+
+
+def _expand_mask(mask, dtype, tgt_len=None):
+    """Older 4.x: a padding mask (bsz, src) as an additive mask (bsz, 1, tgt, src)."""
+    import torch
+
+    batch, source_length = mask.shape
+    target_length = source_length if tgt_len is None else tgt_len
+    inverted = 1.0 - mask[:, None, None, :].expand(batch, 1, target_length, source_length).to(dtype)
+    return inverted.masked_fill(inverted.to(torch.bool), torch.finfo(dtype).min)
+
+
+def _bloom_make_causal_mask(input_ids_shape, device, past_key_values_length: int):
+    """Older 4.x Bloom: a boolean mask, True where a position may not be attended."""
+    import torch
+
+    batch_size, target_length = input_ids_shape
+    mask = torch.empty((target_length, target_length + past_key_values_length), dtype=torch.bool, device=device)
+    seq_ids = torch.arange(target_length, device=device)
+    mask[:, past_key_values_length:] = seq_ids[:, None] < seq_ids[None, :]
+    if past_key_values_length > 0:
+        mask[:, :past_key_values_length] = False
+    return mask[None, None, :, :].expand(batch_size, 1, target_length, target_length + past_key_values_length)
+
+
+def _bloom_expand_mask(mask, tgt_length):
+    """Older 4.x Bloom: a padding mask (bsz, src) as a boolean mask (bsz, 1, tgt, src), True where padded."""
+    return (~(mask[:, None, None, :].to(bool))).expand(
+        mask.shape[0], 1, tgt_length if tgt_length is not None else mask.shape[1], mask.shape[1]
+    )
+
+
+# helpers native model modules had before 4.57 (so the 4.57 diff cannot list them), still imported by remote code
+OLDER = {"_make_causal_mask": _make_causal_mask, "_expand_mask": _expand_mask}
+OLDER_BLOOM = {"_make_causal_mask": _bloom_make_causal_mask, "_expand_mask": _bloom_expand_mask}
+OWN: dict[str, Callable[[], Any]] = {
+    "find_pruneable_heads_and_indices": lambda: find_pruneable_heads_and_indices,
+    "prune_linear_layer": lambda: prune_linear_layer,
+}
+
+
+__all__ = ["OLDER", "OLDER_BLOOM", "OWN", "find_pruneable_heads_and_indices", "prune_linear_layer"]
