@@ -25,7 +25,8 @@ LEVELS: list[tuple[str, ...]] = [
     ("workarounds",),  # the registry and the built-in workarounds
     ("_hf", "zoo"),  # how transformers loads (patches, replay, ties, poison); the test-model zoo
     ("_audit",),  # inventory, reference, checks, audit, repair, load
-    ("runner", "_scan", "_fix", "_matrix"),  # the capabilities built on the audit
+    ("runner", "_scan", "_matrix"),  # the capabilities built on the audit
+    ("_fix",),  # the per-model change: planned from an audit, or from a scan when there are no weights
     ("cli", "pytest_plugin"),  # the front ends
     ("", "__main__"),  # the package's facade (lazy: each public name on first use) and `python -m loadguard`
 ]
@@ -61,6 +62,8 @@ DEFERRED_MODULES: dict[str, str] = {
     "workarounds._source_fixes": "registered with every workaround (a usage error's path included): the code edits "
     "(_codemod: libcst, ~0.2 s) load when a source fix runs",
     "workarounds.remote_code": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
+    "workarounds.v4_behaviour": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
+    "workarounds.v4_onnx": "registered with every workaround: transformers (and the code edits) load when it runs",
     "workarounds.transformers_v4": "registered with every workaround: the v4 mask helpers (torch) load when one runs",
     "workarounds.v4_names": "registered with every workaround: the v4 mask helpers (torch) load when one runs",
     "_fix.prove": "runs alone under transformers 4.57 (`python -m loadguard._fix.prove`): the workarounds it applies "

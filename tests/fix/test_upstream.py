@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import subprocess
 import sys
 
@@ -52,7 +53,9 @@ def test_the_reproducer_folder_gets_the_patch_transformers_needs_and_it_works(
         "--- a/src/transformers/models/clip/modeling_clip.py\n+++ b/src/transformers/models/clip/modeling_clip.py\n"
     )
     assert "+        if isinstance(module, CLIPModel):" in diff
-    assert "+                    module.logit_scale.copy_(torch.tensor(module.config.logit_scale_init_value))" in diff
+    assert re.search(
+        r"^\+ +module.logit_scale.copy_\(torch.tensor\(module.config.logit_scale_init_value\)\)$", diff, re.M
+    )
 
     # apply it to a copy of the installed module and load through the patched class, leftover memory poisoned
     installed = transformers.models.clip.modeling_clip.__file__

@@ -5,6 +5,7 @@ Built in a hidden folder beside the output and renamed into place only once prov
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 from huggingface_hub import snapshot_download
 
 from .._files import HUB_ID, failure, hub_offline
-from .._infra import cell, leaving, remove_tree
+from .._infra import cell, leaving, plural, remove_tree
 from ..errors import InvalidOptionError, ModelNotFoundError
 from ..report import FixStatus
 
@@ -22,9 +23,22 @@ DIFF = "loadguard-fix.diff"
 NOTES = "LOADGUARD_FIX.md"
 
 
-def model_folder(target: str) -> Path:
+WEIGHT_PATTERNS = tuple(f"*{suffix}" for suffix in WEIGHTS if suffix != ".model") + ("*.onnx_data", "*.npy", "*.pkl")
+"""What a Hub id's weightless fetch leaves out (``.model`` stays: a sentencepiece tokenizer, not weights)."""
+
+
+def holds_weights(folder: Path) -> bool:
+    """Whether ``folder`` holds a checkpoint transformers reads (safetensors or ``.bin``, single or sharded)."""
+    return any(
+        entry.is_file() and (entry.suffix in (".safetensors", ".bin") or entry.name.endswith(".index.json"))
+        for entry in folder.iterdir()
+    )
+
+
+def model_folder(target: str, weights: bool = True) -> Path:
     """The local folder of ``target``: itself, or a Hub id's snapshot in the standard Hugging Face cache (fetched once;
-    the fixed copy links the weights there, where they stay)."""
+    the fixed copy links the weights there, where they stay). ``weights=False``: a Hub id's code, config and tokenizer
+    only (a weightless fix)."""
 
     folder = Path(target)
     if folder.exists() or not HUB_ID.match(str(target)):
@@ -36,7 +50,7 @@ def model_folder(target: str) -> Path:
         return folder
 
     try:
-        return Path(snapshot_download(str(target)))
+        return Path(snapshot_download(str(target), ignore_patterns=None if weights else list(WEIGHT_PATTERNS)))
     except Exception as error:  # offline, missing, gated: one line saying which
         raise failure(target, error, hub_offline()) from None
 
@@ -64,7 +78,8 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -
             )
         destination = target / entry.name
         if relative in patched:
-            destination.write_text(patched[relative])
+            with open(destination, "w", encoding="utf-8", newline="") as handle:  # its line endings, as read
+                handle.write(patched[relative])
         elif entry.is_dir():
             _copy_tree(entry, destination, patched, top)
         elif entry.name.endswith(WEIGHTS):
@@ -135,7 +150,7 @@ def notes(result: Any) -> str:
     for change in result.changes:
         lines.append(
             f"- `{change.file}`: {change.description}"
-            + (f" ({len(change.tensors)} tensor(s))" if change.tensors else "")
+            + (f" ({plural(len(change.tensors), 'tensor')})" if change.tensors else "")
         )
     lines += [
         "",
@@ -175,10 +190,40 @@ def notes(result: Any) -> str:
         result.diff.rstrip("\n"),
         "```",
         "",
-        "_Written by `loadguard fix`; reproduce with `loadguard audit <folder> --trust-remote-code` before and after._",
-        "",
+        *_reproduce(result),
     ]
     return "\n".join(lines)
+
+
+def _repo(model: str) -> str:
+    """The Hub repository the fixed model came from (its id), else a placeholder to fill in."""
+    return model if HUB_ID.match(model) and not Path(model).exists() else "ORG/NAME"
+
+
+def _reproduce(result: Any) -> list[str]:
+    """How to check it again (with the flags the original's load needed), and the one command that proposes the change
+    on the Hub with the ecosystem's own tool (the changed code files only)."""
+    verb = "loadguard scan" if result.weightless else "loadguard audit"
+    before = f"{verb} <original> --trust-remote-code" + (" --workaround auto" if result.workarounds else "")
+    after = f"{verb} <this folder> --trust-remote-code"
+    changed = sorted({change.file for change in result.changes})
+    lines = [
+        f"_Written by `loadguard fix`{' without weights' if result.weightless else ''}; reproduce with `{before}` "
+        f"(before) and `{after}` (after)._",
+        "",
+    ]
+    if changed:
+        includes = " ".join(f"--include {shlex.quote(name)}" for name in changed)
+        lines += [
+            "To propose it on the Hugging Face Hub (a pull request with the changed code files only), from this folder:",
+            "",
+            "```bash",
+            f"hf upload {_repo(result.model)} . . {includes} --create-pr "
+            '--commit-message "Load correctly on transformers 5" --commit-description "$(cat LOADGUARD_FIX.md)"',
+            "```",
+            "",
+        ]
+    return lines
 
 
 __all__ = ["DIFF", "NOTES", "WEIGHTS", "model_folder", "notes", "publish", "stage"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import _codemod
 from .. import workarounds as registry
-from .._infra import source_path
+from .._infra import leaving, source_path
 from ..report import AuditReport, ChangeKind, Status
 
 RECOMPUTED = (Status.UNINITIALIZED, Status.ON_META, Status.MISMATCH)
@@ -69,6 +69,8 @@ class Refusal:
 @dataclass
 class Plan:
     original: dict[str, str]
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Files of the folder left out of the plan (not UTF-8, not parsable), with why."""
     files: dict[str, str] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
@@ -81,13 +83,27 @@ class Plan:
             self.files[name] = text
 
 
-def sources(folder: Path) -> dict[str, str]:
-    """The model's own code and config as text: every ``*.py`` at the top of its folder, and ``config.json``."""
-    out = {}
+def sources(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The model's own code and config as text (line endings as the file has them): every ``*.py`` at the top of its
+    folder (a Hub snapshot's links into its blobs included), and ``config.json``; beside it, the files left out and why
+    (not UTF-8, not Python libcst parses: a notebook line, Python 2). A left-out file is no error until a change
+    needs it."""
+    out, skipped = {}, {}
     for file in sorted(folder.glob("*.py")) + [folder / "config.json"]:
-        if file.is_file() and not file.is_symlink():
-            out[file.name] = file.read_text()
-    return out
+        if not file.is_file() or (file.is_symlink() and leaving(folder, file) is not None):
+            continue
+        try:
+            with open(file, encoding="utf-8", newline="") as handle:
+                text = handle.read()
+        except UnicodeDecodeError:
+            skipped[file.name] = "not UTF-8 text"
+            continue
+        why = _codemod.parse_error(text) if file.suffix == ".py" else None
+        if why is not None:
+            skipped[file.name] = f"not Python loadguard can parse ({why})"
+            continue
+        out[file.name] = text
+    return out, skipped
 
 
 def class_file(cls: type) -> str | None:
@@ -156,11 +172,18 @@ def split_location(location: str) -> tuple[str, int]:
     return file, int(line)
 
 
-def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: list[str]) -> Plan:
+def plan_fix(
+    model: Any,
+    report: AuditReport,
+    folder: Path,
+    workaround_names: list[str],
+    init_weights_ran: set[str] | None = None,
+) -> Plan:
     """The edits that answer ``report``'s failures on ``model`` (loaded from ``folder``) and the workarounds in
-    ``workaround_names`` (those the load needed)."""
+    ``workaround_names`` (those the load needed). ``init_weights_ran``: the modules transformers called ``_init_weights``
+    for in that load (None: not observed); a tensor of a module it skipped gets no branch that would never run."""
 
-    plan = Plan(sources(folder))
+    plan = Plan(*sources(folder))
     config = json.loads(plan.original.get("config.json", "{}"))
     _workaround_edits(plan, [registry.get(n) for n in workaround_names], config, model)
     untied = tuple(f.tensor for f in report.failures if f.check == "tied_weights")
@@ -180,6 +203,17 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
         if finding.tensor in answered:
             continue
         attribute = finding.tensor.rpartition(".")[2]
+        made_in = split_location(finding.location)[0] if finding.location else None
+        if made_in in plan.skipped:
+            plan.refused.append(
+                Refusal(
+                    finding.tensor,
+                    finding.status,
+                    f"made in {made_in}, which is {plan.skipped[made_in]}: recompute it in _init_weights by hand",
+                    finding.location,
+                )
+            )
+            continue
         target = _init_weights_owner(model, finding.module, plan.original)
         if target is None:
             plan.refused.append(
@@ -224,7 +258,13 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
                 )
             )
             continue
-        key = (finding.location, attribute)
+        host = None  # transformers skips this module's _init_weights: the nearest ancestor it runs for, if any
+        if init_weights_ran is not None and finding.kind != "parameter" and finding.module not in init_weights_ran:
+            host = _host(model, finding.module, init_weights_ran, file)
+            if isinstance(host, str):
+                plan.refused.append(Refusal(finding.tensor, finding.status, host, finding.location))
+                continue
+        key = (finding.location, attribute, host[1] if host else "")
         if key not in seen:
             placed = _beside(model, finding.module, file, target, plan.original)
             try:
@@ -235,16 +275,27 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
                     line,
                     attribute,
                     finding.kind,
-                    on_meta=key in meta,
-                    init_param=parameter,
+                    on_meta=(finding.location, attribute) in meta,
+                    init_param="inner" if host else parameter,
                     available=frozenset(n for n in ("config",) if hasattr(live, n)),
+                    owner=type(live).__name__,
                 )
             except _codemod.Refused as why:
                 seen[key] = f"{why}: recompute it in _init_weights by hand"
             else:
+                if (
+                    host
+                ):  # run where transformers calls _init_weights: for the ancestor, reaching the module by its path
+                    made = dataclasses.replace(
+                        made,
+                        cls=host[0],
+                        statements=(f"inner = {parameter}.get_submodule({host[1]!r})", *made.statements),
+                    )
+                    keep.setdefault((file, type(live).__name__), set()).update(made.keep)
+                else:
+                    keep.setdefault((file, made.cls), set()).update(made.keep)
                 seen[key] = (placed, dataclasses.replace(made, tensors=()))
                 branches.setdefault(placed, []).append(seen[key][1])
-                keep.setdefault((file, made.cls), set()).update(made.keep)
         if isinstance(seen[key], str):
             plan.refused.append(Refusal(finding.tensor, finding.status, seen[key], finding.location))
             continue
@@ -286,6 +337,25 @@ def plan_fix(model: Any, report: AuditReport, folder: Path, workaround_names: li
     for (file, cls), found in branches.items():
         add_branches_to_plan(plan, file, cls, _codemod.merge(found))
     return plan
+
+
+def _host(model: Any, module_name: str, ran: set[str], file: str) -> tuple[str, str] | str:
+    """``(class, path below it)`` of the nearest ancestor of ``module_name`` that transformers runs ``_init_weights`` for
+    (observed in the load) and whose class lives in ``file`` too; else why there is none (a refusal's reason)."""
+    parts = module_name.split(".") if module_name else []
+    for depth in range(len(parts) - 1, -1, -1):
+        ancestor = ".".join(parts[:depth])
+        if ancestor in ran:
+            cls = type(model.get_submodule(ancestor))
+            if class_file(cls) == file:
+                return cls.__name__, ".".join(parts[depth:])
+            break
+    live = type(model.get_submodule(module_name)).__name__
+    return (
+        f"transformers never calls _init_weights for {module_name or 'the model'} ({live}): everything it holds loads, "
+        "so a branch there would never run, and no module above it in the same file gets one either; make the tensor "
+        "a non-persistent buffer, or compute it where it is used, by hand"
+    )
 
 
 def _answered(found: list[_codemod.Branch], branch: _codemod.Branch, tensor: str) -> None:
@@ -371,7 +441,12 @@ def _workaround_edits(
             plan.changes.append(Change(name, ChangeKind.WORKAROUND, description, tensors, item.name))
         if not changed and not quiet:
             plan.refused.append(
-                Refusal("", "", f"workaround {item.name}: its source fix found nothing to change in the model's files")
+                Refusal(
+                    "",
+                    "",
+                    f"workaround {item.name}: its source fix found nothing to change in the model's files"
+                    + "".join(f"; {name} was left out: {why}" for name, why in plan.skipped.items()),
+                )
             )
 
 

@@ -1,11 +1,18 @@
-"""The 4.x side of ``loadguard fix``'s proof: ``python -m loadguard._fix.prove ORIGINAL PATCHED [WORKAROUND,...]`` inside
-an environment of another transformers (the matrix's, :mod:`loadguard._infra.envs`).
+"""The 4.x side of ``loadguard fix``'s proof: ``python -m loadguard._fix.prove ORIGINAL PATCHED [WORKAROUND,...]
+[CLASS] [weightless]`` inside an environment of another transformers (the matrix's, :mod:`loadguard._infra.envs`).
 
 Loads both folders with a plain ``from_pretrained`` (``trust_remote_code=True``, the same seed before each), then
 compares every parameter, buffer and plain tensor attribute, bit for bit, and the first forward pass on a fixed batch
 of token ids where the model takes ``input_ids``. Prints one JSON object. The comparison uses torch and transformers
 only, nothing of loadguard's audit; the *original* alone is loaded inside the named workarounds its load needed (code
 written against an older torch fails to import even on transformers 4): the patched copy gets none.
+
+``CLASS``: the model class the transformers 5 side loaded; the auto class whose ``auto_map`` entry names it (or
+transformers' own class of that name) loads both here, so both sides build the same model. ``weightless``: the folders
+hold no checkpoint: both are constructed from their config (``from_config``, parameters on meta, buffers real, as
+``accelerate.init_empty_weights(include_buffers=False)`` builds them), which runs ``__init__`` and, through
+``post_init``, every ``_init_weights`` branch; buffers and tensor attributes are compared bit for bit, parameters by
+name, shape and dtype (their values need weights), and no forward pass runs.
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import tempfile
+import uuid
+from pathlib import Path
 
 
 def _tensors(model) -> dict:
@@ -27,14 +37,41 @@ def _tensors(model) -> dict:
     return named
 
 
-def _load(folder: str, workarounds: list[str] | None = None):
+def _class_for(config, class_name: str | None):
+    """The class that loads the model: the auto class whose ``auto_map`` entry names ``class_name`` (the one the 5.x
+    side loaded), transformers' own class of that name, else the causal-LM entry of ``auto_map``, else ``AutoModel``."""
+    import transformers
+
+    auto_map = getattr(config, "auto_map", None) or {}
+    if class_name:
+        for auto, reference in auto_map.items():
+            if str(reference).rpartition(".")[2] == class_name and hasattr(transformers, auto):
+                return getattr(transformers, auto)
+        if hasattr(transformers, class_name):
+            return getattr(transformers, class_name)
+    if "AutoModelForCausalLM" in auto_map or not auto_map:
+        return transformers.AutoModelForCausalLM
+    return transformers.AutoModel
+
+
+def _same_bits(a, b) -> bool:
+    """Bit for bit: NaN where the other holds the same NaN is equal (a checkpoint may hold NaN; ``torch.equal`` never
+    calls NaN equal)."""
+    import torch
+
+    first, second = a.detach().contiguous().reshape(-1), b.detach().contiguous().reshape(-1)
+    if first.dtype == torch.bool or first.numel() == 0:
+        return torch.equal(first, second)
+    return torch.equal(first.view(torch.uint8), second.view(torch.uint8))
+
+
+def _load(folder: str, workarounds: list[str] | None = None, class_name: str | None = None, weightless: bool = False):
 
     import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)  # config classes import nothing of the model
-    auto_map = getattr(config, "auto_map", None) or {}
-    cls = AutoModelForCausalLM if "AutoModelForCausalLM" in auto_map or not auto_map else AutoModel
+    cls = _class_for(config, class_name)
     if workarounds:
         from loadguard.workarounds import using
 
@@ -43,7 +80,14 @@ def _load(folder: str, workarounds: list[str] | None = None):
         context = contextlib.nullcontext()
     torch.manual_seed(0)
     with context:
-        return cls.from_pretrained(folder, trust_remote_code=True).eval()
+        if not weightless:
+            return cls.from_pretrained(folder, trust_remote_code=True).eval()
+        from accelerate import init_empty_weights
+
+        with init_empty_weights(include_buffers=False):
+            if hasattr(cls, "from_config"):
+                return cls.from_config(config, trust_remote_code=True).eval()
+            return cls._from_config(config).eval()
 
 
 def _forward(model):
@@ -94,23 +138,46 @@ def _repaired_here_too(model, patched: dict, original: dict, differ: list[str]) 
     return out
 
 
-def compare(original: str, patched: str, workarounds: list[str] | None = None) -> dict:
+def compare(
+    original: str,
+    patched: str,
+    workarounds: list[str] | None = None,
+    class_name: str | None = None,
+    weightless: bool = False,
+) -> dict:
     import torch
     import transformers
 
-    before, after = _load(original, workarounds), _load(patched)
+    before = _load(original, workarounds, class_name, weightless)
+    after = _load(patched, None, class_name, weightless)
     mine, theirs = _tensors(before), _tensors(after)
+    # without weights a parameter's value is whatever construction left (meta, or leftover memory where the code skips
+    # initialization): parameters are compared by shape and dtype only
+    unvalued = {name for name, _ in before.named_parameters(remove_duplicate=False)} if weightless else set()
     differ = sorted(set(mine) ^ set(theirs))
     for name in sorted(set(mine) & set(theirs)):
         a, b = mine[name], theirs[name]
-        if a.is_meta or b.is_meta:
-            if a.is_meta != b.is_meta or a.shape != b.shape:
+        if a.is_meta or b.is_meta or name in unvalued:
+            if a.is_meta != b.is_meta and name not in unvalued or a.shape != b.shape or a.dtype != b.dtype:
                 differ.append(name)
             continue
-        if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a.detach(), b.detach()):
+        if a.shape != b.shape or a.dtype != b.dtype or not _same_bits(a, b):
             differ.append(name)
-    repaired = _repaired_here_too(after, theirs, mine, differ)
+    repaired = [] if weightless else _repaired_here_too(after, theirs, mine, differ)
     differ = [name for name in differ if name not in repaired]
+    if weightless:
+        return {
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "class": type(before).__name__,
+            "weightless": True,
+            "tensors": len(mine),
+            "valued": sum(1 for name, value in mine.items() if not value.is_meta and name not in unvalued),
+            "differ": differ[:50],
+            "differ_count": len(differ),
+            "forward": "not compared: no weights (parameters compared by name, shape and dtype)",
+            "repaired": [],
+        }
     try:
         first, second = _forward(before), _forward(after)
         if first is None or second is None:
@@ -126,6 +193,7 @@ def compare(original: str, patched: str, workarounds: list[str] | None = None) -
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
+        "class": type(before).__name__,
         "tensors": len(mine),
         "differ": differ[:50],
         "differ_count": len(differ),
@@ -137,8 +205,18 @@ def compare(original: str, patched: str, workarounds: list[str] | None = None) -
 def main() -> None:
     original, patched = sys.argv[1], sys.argv[2]
     workarounds = [w for w in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if w]
+    class_name = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
+    weightless = len(sys.argv) > 5 and sys.argv[5] == "weightless"
     try:
-        result = compare(original, patched, workarounds)
+        with tempfile.TemporaryDirectory(prefix="loadguard-prove-") as names:
+            # transformers before 4.4x names a folder's remote-code module after the folder itself, unsanitized: the
+            # staging folder (.out.loadguard-fix-...) is no module name there. Each side is loaded through a link with a
+            # plain name of its own (unique: fixes may run side by side on one module cache)
+            tag = uuid.uuid4().hex[:8]
+            original_link, patched_link = Path(names, f"lg_original_{tag}"), Path(names, f"lg_patched_{tag}")
+            original_link.symlink_to(Path(original).resolve(), target_is_directory=True)
+            patched_link.symlink_to(Path(patched).resolve(), target_is_directory=True)
+            result = compare(str(original_link), str(patched_link), workarounds, class_name, weightless)
     except Exception as error:
         result = {"error": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:500]}
     print(json.dumps(result), flush=True)

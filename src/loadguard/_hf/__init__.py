@@ -19,6 +19,7 @@ __getattr__, __dir__, __all__ = lazy_face(
             "WEIGHTLESS_METHOD",
             "complete_keys_from_the_model",
             "constructing_with_meta_writes_skipped",
+            "init_weights_calls",
             "large_tensors_on_meta",
             "loaded_tensors",
             "meta_writes_skipped",

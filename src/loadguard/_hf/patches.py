@@ -298,6 +298,46 @@ def uninitialized_tensors_on_meta(threshold: int = 1 << 20) -> Iterator[None]:
         yield
 
 
+class InitCalls(set):
+    """The ids of the modules ``_init_weights`` was called for; ``observed``: whether the running transformers has the
+    per-module gate that was watched (else the set says nothing)."""
+
+    observed = False
+
+
+@contextlib.contextmanager
+def init_weights_calls() -> Iterator[InitCalls]:
+    """The ids of the modules transformers called the model's ``_init_weights`` for while loading (transformers 5 skips
+    a module whose parameters and buffers all loaded: a branch for it there never runs)."""
+    from transformers import PreTrainedModel
+
+    called = InitCalls()
+    original = PreTrainedModel.__dict__.get("_initialize_weights")
+    if original is None:  # a transformers without the per-module gate: nothing to tell
+        yield called
+        return
+    called.observed = True
+
+    def recording(self, module, *args, **kwargs):
+        own = type(self)._init_weights
+
+        def init_weights(target):
+            called.add(id(target))
+            return own(self, target)
+
+        vars(self)["_init_weights"] = init_weights
+        try:
+            return original(self, module, *args, **kwargs)
+        finally:
+            vars(self).pop("_init_weights", None)
+
+    PreTrainedModel._initialize_weights = recording
+    try:
+        yield called
+    finally:
+        PreTrainedModel._initialize_weights = original
+
+
 def return_freed_memory() -> bool:
     """Process-wide (the scan CLI calls it, never the library): fix glibc's mmap threshold at 128 KiB.
 

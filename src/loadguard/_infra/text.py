@@ -37,6 +37,11 @@ def visible(text: object, keep: str = "") -> str:
     return "".join(out)
 
 
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``"1 tensor"``, ``"2 tensors"``: a count with its noun in the right number (``many``: an irregular plural)."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
 def xml(text: object) -> str:
     """Text every XML 1.0 parser accepts: control characters escaped as :func:`visible` does (ElementTree escapes
     ``<``, ``>``, ``&`` and quotes itself)."""

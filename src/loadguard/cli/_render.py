@@ -176,8 +176,14 @@ def next_step(report: AuditReport, repaired: RepairResult | None) -> str | None:
     checks_hit = {f.check for f in report.failures}
     if repaired is None:
         return f"run again with --repair to see whether {names} can be repaired in memory"
+    lasting = (
+        "loadguard fix MODEL --out DIR --trust-remote-code writes and proves the lasting change to the model's code"
+    )
     if not repaired.ok:
-        return "some tensors have no value anywhere: give them an _init_weights branch, or load a checkpoint that holds them"
+        return (
+            "some tensors have no value anywhere: give them an _init_weights branch, or load a checkpoint that holds "
+            f"them; {lasting}"
+        )
     if checks_hit & {Check.NON_PERSISTENT_BUFFER.value, Check.META_LEFTOVER.value}:
-        return f"load with loadguard.load(...) (on_problem='repair'), or add an _init_weights branch that rebuilds {names}"
-    return "load with loadguard.load(...) (on_problem='repair'); the lasting fix is an _init_weights that leaves loaded weights alone"
+        return f"load with loadguard.load(...) (on_problem='repair') for now; {lasting} (an _init_weights branch that rebuilds {names})"
+    return f"load with loadguard.load(...) (on_problem='repair') for now; {lasting} (an _init_weights that leaves loaded weights alone)"

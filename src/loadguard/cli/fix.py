@@ -56,6 +56,13 @@ from ._output import write
     is_flag=True,
     help="Write the change without proving it (faster; the output and LOADGUARD_FIX.md say it is unverified).",
 )
+@click.option(
+    "--no-weights",
+    "no_weights",
+    is_flag=True,
+    help="Fix without the weights (a folder without them is fixed so anyway): a Hub id fetches code and config only; "
+    "the findings are a scan's and the proofs run without weights.",
+)
 @format_option(
     "json", "markdown", help="json: each change with its findings and proofs; markdown: the pull-request description."
 )
@@ -68,15 +75,18 @@ from ._output import write
     help="Models fixed at once (a fleet: each in a child process of its own).",
 )
 @executor_option
-def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, fmt, jobs, executor):
+def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, no_weights, fmt, jobs, executor):
     """Write a copy of MODEL whose code loads right on transformers 5, with LOADGUARD_FIX.md and loadguard-fix.diff.
 
     The copy is proven before it is written: it loads with leftover memory poisoned and no workaround on this
     transformers, and loads to the same tensors as the original on transformers 4.57. MODEL is never written; its
     weights are linked, never copied.
 
-    Exit code 0: fixed (or nothing to fix); 1: something is left for a person, or a proof failed; 2: could not run;
-    3: a fleet where some models could not be fixed.
+    Without weights (a folder of code and config, a Hub id with --no-weights), the change comes from a scan and both
+    proofs run without weights (the output says so).
+
+    Exit code 0: fixed (or nothing to fix); 1: something is left for a person, a proof failed, or written unproven
+    (--no-verify); 2: could not run; 3: a fleet where some models could not be fixed.
     """
     from .scan import model_targets
 
@@ -88,12 +98,20 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
         refused = missing(targets[0])  # answered before torch is imported
         if refused is not None:
             raise refused
-        result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify)
+        result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify, not no_weights)
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
     taken: set[str] = set()
     items = [
-        (target, str(Path(out) / _subfolder(target, taken)), trust_remote_code, auto_class, chosen, not no_verify)
+        (
+            target,
+            str(Path(out) / _subfolder(target, taken)),
+            trust_remote_code,
+            auto_class,
+            chosen,
+            not no_verify,
+            not no_weights,
+        )
         for target in targets
     ]
     note(f"fixing {len(items)} models into {out} ({executor.name}, {jobs} at a time)")
@@ -135,22 +153,23 @@ def _prepare() -> None:
 def _fix_item(item: tuple) -> Any:
     """One model of a fleet, in its own child: its FixResult, or a row saying why it could not run."""
 
-    target, out, trust_remote_code, auto_class, workarounds, verify = item
+    target, out, trust_remote_code, auto_class, workarounds, verify, weights = item
     try:
-        return _one(target, Path(out), trust_remote_code, auto_class, workarounds, verify)
+        return _one(target, Path(out), trust_remote_code, auto_class, workarounds, verify, weights)
     except LoadguardError as error:
         return _Failed(target, error.message, hint_for(error, "cli") or "")
     except Exception as error:  # one model that cannot run is a row, not the end of the fleet
         return _Failed(target, f"{type(error).__name__}: {error}", "set LOADGUARD_DEBUG=1 and fix it alone to see why")
 
 
-def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool):
+def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool, weights: bool = True):
     from .._fix import fix as run_fix
-    from .._fix import model_folder
+    from .._fix import holds_weights, model_folder
 
-    folder = model_folder(target)
+    folder = model_folder(target, weights)
     quiet_transformers()
-    with progress(f"Fixing {target}: loading, patching, proving on two transformers"):
+    how = "loading" if weights and holds_weights(folder) else "scanning (no weights)"
+    with progress(f"Fixing {target}: {how}, patching, proving on two transformers"):
         return run_fix(
             folder,
             out,
@@ -158,6 +177,8 @@ def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workaround
             workarounds=workarounds,
             auto_class=auto_class,
             verify=verify,
+            weights=weights,
+            name=target,
         )
 
 
@@ -235,8 +256,9 @@ def _print_one(result, out, err) -> None:
         styled("{}: {}{}", result.model, Markup(headline[result.status]), f" -> {result.out}" if result.out else ""),
         highlight=False,
     )
+    verb = "changed" if result.out else "would change (not written)"
     for change in result.changes:
-        out.print(f"  changed {change.file}: {change.description}", highlight=False)
+        out.print(f"  {verb} {change.file}: {change.description}", highlight=False)
     for refusal in result.refused:
         where = f" [at {refusal.location}]" if refusal.location else ""
         out.print(
@@ -262,5 +284,9 @@ def _print_one(result, out, err) -> None:
         )
     if result.status == FixStatus.UNVERIFIED and not result.proofs:
         err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
+    if result.weightless:
+        err.print("Note: no weights: the findings are a scan's and both proofs ran without weights", highlight=False)
     if result.out:
         err.print(f"wrote {result.out}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)
+    elif result.diff:
+        err.print('the attempted change was not written: --format json has it ("diff")', highlight=False)

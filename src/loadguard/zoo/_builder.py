@@ -91,6 +91,9 @@ _FAMILIES = {
     "lgv4names": _toy_variant("lgv4names", "LgV4NamesConfig", "LgV4NamesForCausalLM"),
     "lgdevice": _toy_variant("lgdevice", "LgDeviceConfig", "LgDeviceForCausalLM"),
     "lgint8": _toy_variant("lgint8", "LgInt8Config", "LgInt8ForCausalLM"),
+    "lgyarn": _toy_variant("lgyarn", "LgYarnConfig", "LgYarnForCausalLM"),
+    "lgcodegen": _toy_variant("lgcodegen", "LgCodegenConfig", "LgCodegenForCausalLM"),
+    "lgcond": _toy_variant("lgcond", "LgCondConfig", "LgCondForCausalLM"),
 }
 # Seed 47 gives the demo VLM greedy outputs with a wide top-1 logit margin (> 1.7) on its demo prompts and the
 # example suite's (sliced images included), all of which change when pos_embed is corrupted (zeros, noise,
@@ -180,8 +183,15 @@ def build_model(name: str, *, seed: int = _DEFAULT_SEED, **config_overrides: Any
     devices_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        with registry.activate(list(entry.workarounds), None, {}):
-            model = model_cls(config)
+        default = torch.get_default_dtype()
+        if entry.dtype is not None:  # constructed as from_pretrained(dtype=...) constructs it: under that default
+            config.dtype = getattr(torch, entry.dtype)
+            torch.set_default_dtype(getattr(torch, entry.dtype))
+        try:
+            with registry.activate(list(entry.workarounds), None, {}):
+                model = model_cls(config)
+        finally:
+            torch.set_default_dtype(default)
         if entry.family == "lgminicpmv":
             _shape_minicpmv(model)
     finally:

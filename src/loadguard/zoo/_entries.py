@@ -17,6 +17,32 @@ _MINICPMV_FAILURES = (
     ("v4-tied-weights-keys", "AttributeError: 'LgMiniCPMV' object has no attribute 'all_tied_weights_keys'"),
 )
 
+
+def _yarn(suffix: str, how: str, dtype: str | None) -> ZooEntry:
+    """A DeepSeek-V2/V3-style YaRN rotary embedding, built, saved and loaded in ``dtype``."""
+    return ZooEntry(
+        f"yarn_rotary{suffix}",
+        "lgyarn",
+        "(a) a YaRN-scaled rotary embedding (DeepSeek-V2/V3-style remote code) whose cos/sin tables a helper makes in "
+        f"torch.get_default_dtype(), {how}: transformers 5 leaves inv_freq and the tables uninitialized, and a "
+        "recompute after loading runs where the default dtype is float32 again",
+        failure_mode="a",
+        expected=TOY_NP
+        + tuple(
+            ExpectedFinding(f"rotary.{name}", Status.UNINITIALIZED)
+            for name in ("cos_cached", "inv_freq", "sin_cached")
+        ),
+        dtype=dtype,
+    )
+
+
+_YARN_DTYPES = (
+    ("", "saved in float32", None),
+    ("_bf16", "saved and loaded in bfloat16", "bfloat16"),
+    ("_fp16", "saved and loaded in float16", "float16"),
+)
+
+
 ENTRIES: dict[str, ZooEntry] = {
     e.name: e
     for e in [
@@ -265,7 +291,6 @@ ENTRIES: dict[str, ZooEntry] = {
                     "ImportError: cannot import name 'find_pruneable_heads_and_indices' from 'transformers.pytorch_utils'",
                 ),
             ),
-            fix="not fixable: it imports names transformers 5 removed from their 4.57 modules (v4-module-names has no source fix: import each from its 5.x home by hand)",
         ),
         ZooEntry(
             "v4_attention_probe",
@@ -281,7 +306,6 @@ ENTRIES: dict[str, ZooEntry] = {
                     "AttributeError: 'LgV4ProbeForCausalLM' object has no attribute '_supports_sdpa'",
                 ),
             ),
-            fix="not fixable: its _supports_sdpa property asks a submodule that does not exist yet (v4-attention-probe has no source fix)",
         ),
         ZooEntry(
             "v4_rope_default",
@@ -291,7 +315,27 @@ ENTRIES: dict[str, ZooEntry] = {
             failure_mode="a",
             expected=TOY_NP + (ExpectedFinding("rotary.inv_freq", Status.UNINITIALIZED),),
             failures=(("v4-rope-init-default", "KeyError: 'default'"),),
-            fix="not fixable: its rotary embedding looks up ROPE_INIT_FUNCTIONS['default'] (v4-rope-init-default has no source fix: compute plain RoPE by hand)",
+        ),
+        *(_yarn(suffix, how, dtype) for suffix, how, dtype in _YARN_DTYPES),
+        ZooEntry(
+            "conditional_state",
+            "lgcond",
+            "(a) a quantized-cache bound registered as a non-persistent buffer from a local that __init__ assigns under "
+            "an if of the config (published code with a quantized KV cache): transformers 5 leaves it uninitialized, "
+            "and a recompute must take the same branch",
+            failure_mode="a",
+            expected=TOY_NP + (ExpectedFinding("bound.cache_qmax", Status.UNINITIALIZED),),
+        ),
+        ZooEntry(
+            "attribute_never_initialized",
+            "lgcodegen",
+            "(a) a CodeGen-style attention scale kept as a plain tensor attribute of a module whose parameters all load: "
+            "transformers 5 builds it on meta and never calls _init_weights for that module, so no branch there can "
+            "rebuild it",
+            failure_mode="a",
+            expected=TOY_NP + (ExpectedFinding("scaled.scale_attn", Status.ON_META),),
+            fix="partly: transformers 5 never calls _init_weights for the module holding scale_attn (its parameters "
+            "all load), so a branch there would never run: refused with the reason and the line; the rest is fixed",
         ),
         ZooEntry(
             "v4_nested_load",

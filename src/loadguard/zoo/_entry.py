@@ -43,7 +43,11 @@ class ZooEntry:
     path the config names (a constructor that loads it with ``from_pretrained``)."""
     fix: str = FixStatus.FIXED
     """What ``loadguard fix`` does with it on transformers 5: ``fixed`` (a proven patch), ``clean`` (nothing to change),
-    or ``not fixable: why`` (what only a person can change; no patch is written)."""
+    ``partly: why`` (a proven patch for some tensors, the rest refused with the reason), or ``not fixable: why`` (what
+    only a person can change; no patch is written)."""
+    dtype: str | None = None
+    """The dtype it is built, saved and loaded in (``"bfloat16"``: constructed under that default dtype, as
+    ``from_pretrained(dtype=...)`` constructs it; its config.json says so); None: float32."""
     config_after: dict[str, Any] = field(default_factory=dict)
     """Config fields set after the config is constructed (as transformers' own tests switch off a setting that a
     config's ``__init__`` forces): the model is built, and its config.json saved, with them."""

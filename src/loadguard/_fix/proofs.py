@@ -1,0 +1,298 @@
+"""The proofs of ``loadguard fix``, run from the process that planned the patch: (a) the patched copy loads right on
+this transformers (a child loads and audits it; without weights, a scan predicts its load), (b) under transformers 4
+(the matrix's environment, :mod:`loadguard._fix.prove` on that side) it loads to the same tensors and first forward as
+the original, on the release the model was written for when that is older than 4.57."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from .._audit import audit, load_unaudited
+from .._hf import init_weights_calls
+from .._infra import envs, forks, plural, procs
+from .._scan import scan
+from ..errors import LoadguardError
+from ..report import Finding, Status
+from .plan import Refusal
+
+COMPAT_VERSION = "4.57.6"
+"""The oldest transformers 4 loadguard supports: where proof (b) runs."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    """One proof of a patched copy: ``ok`` None when it was not run (``detail`` says why)."""
+
+    name: str  # loads_right | unchanged_before_v5
+    transformers: str
+    ok: bool | None
+    detail: str
+    weightless: bool = False
+    """Run without weights: (a) a scan's prediction of the load, (b) both codes constructed from the config."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "transformers": self.transformers,
+            "ok": self.ok,
+            "detail": self.detail,
+            "weightless": self.weightless,
+        }
+
+
+def _run_json(command: list[str], env: dict | None = None, timeout: float = 900) -> dict:
+    """A child process's JSON document: its whole stdout, else its last line that is a JSON object (the model's own prints
+    come before it)."""
+    with tempfile.TemporaryFile("w+") as err:
+        result = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            **procs.subprocess_options(),
+        )  # a proof never outlives the run that started it
+        err.seek(0)
+        errors = err.read()
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        pass
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    last = [line for line in errors.splitlines() if line.strip()]
+    return {"error": last[-1] if last else f"exit {result.returncode}, nothing printed"}
+
+
+def _audit_patched(arguments: tuple[str, str | None, bool]) -> dict:
+    """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
+    leftover memory poisoned, no workaround, then audited; without weights, the same load predicted by a scan."""
+
+    folder, auto_class, weightless = arguments
+    try:
+        if weightless:
+            return scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
+        with init_weights_calls() as called:
+            model, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
+    except LoadguardError as error:
+        return {"error": error.message}
+    ran = sorted(name for name, module in model.named_modules() if id(module) in called)
+    return {**audit(model).to_dict(), "init_weights_ran": ran}
+
+
+def loads_right(
+    staging: Path,
+    findings: tuple[Finding, ...],
+    refused: list[Refusal],
+    auto_class: str | None,
+    weightless: bool = False,
+) -> Proof:
+    """(a): the patched copy, loaded in a child process with leftover memory poisoned and no workaround, audits clean
+    (or, for a partial fix, fails only where the plan said a person must act); ``weightless``: its load as a scan
+    predicts it (transformers' own pipeline on weightless tensors)."""
+    import transformers
+
+    proof = functools.partial(Proof, weightless=weightless)
+    if forks.available():
+        (outcome,) = forks.run(_audit_patched, [(str(staging), auto_class, weightless)], timeout=1800)
+        document = outcome.value if outcome.ok else {"error": f"the process loading it failed: {outcome.error}"}
+    else:  # no fork (Windows): a fresh interpreter
+        command = [
+            sys.executable,
+            "-m",
+            "loadguard",
+            *(("scan", str(staging)) if weightless else ("audit", str(staging), "--poison")),
+            "--trust-remote-code",
+            "--format",
+            "json",
+        ]
+        document = _run_json(
+            command + (["--auto-class", auto_class] if auto_class else []), {**os.environ, "LOADGUARD_DEBUG": ""}
+        )
+    version = transformers.__version__
+    if document.get("error"):
+        error = document["error"]
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        return proof("loads_right", version, False, f"the patched copy does not load without workarounds: {message}")
+    skipped = [c for c in document.get("checks", []) if not c.get("ran")]
+    if skipped or not document.get("checks"):  # a check that did not run finds nothing: that is no proof
+        why = "; ".join(f"{c['check']}: {c.get('reason') or 'did not run'}" for c in skipped) or "no check ran"
+        return proof(
+            "loads_right", version, False, f"the audit of the patched copy could not check everything ({why})"
+        )
+    failing = {
+        f["tensor"]
+        for f in document.get("findings", [])
+        if f["status"] in (Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN)
+    }
+    # a tensor that was wrong must come out right by the check that caught it: one that the patch merely moved out of
+    # that check's sight (a tie no longer declared, so its table counts as a missing key "initialized") is not fixed
+    before = {f.tensor: f.check for f in findings}
+    failing |= {
+        f["tensor"]
+        for f in document.get("findings", [])
+        if f["tensor"] in before and f["check"] != before[f["tensor"]]
+    }
+    left = {r.tensor for r in refused if r.tensor}
+    unexpected = sorted(failing - left)
+    if unexpected:
+        return proof(
+            "loads_right",
+            version,
+            False,
+            f"still wrong after the patch: {'; '.join(_why_wrong(document, name) for name in unexpected[:6])}"
+            + (" ..." if len(unexpected) > 6 else ""),
+        )
+    if failing:
+        return proof(
+            "loads_right",
+            version,
+            True,
+            f"{len(findings) - len(failing)} of {plural(len(findings), 'wrong tensor')} now load right; "
+            f"{len(failing)} need a person (refused)",
+        )
+    return proof(
+        "loads_right",
+        version,
+        True,
+        (
+            "its load as a scan predicts it without weights (transformers' own pipeline, no workaround) is clean"
+            if weightless
+            else "loads with leftover memory poisoned and no workaround; audit clean"
+        )
+        + f" ({plural(len(findings), 'tensor')} {'was' if len(findings) == 1 else 'were'} wrong before)",
+    )
+
+
+def written_for(folder: Path) -> tuple[str, ...]:
+    """The transformers 4 releases proof (b) tries, in order: the one config.json says the model was saved with (older
+    than 4.57 only: code written for it may not import on 4.57), then 4.57.6."""
+    try:
+        written = str(json.loads((folder / "config.json").read_text()).get("transformers_version") or "")
+    except (OSError, ValueError, AttributeError):
+        written = ""
+    try:
+        release = Version(written)
+    except InvalidVersion:
+        return (COMPAT_VERSION,)
+    if release.major == 4 and release.minor < 57:  # a development build (4.41.0.dev0) is proven on its release
+        return (release.base_version, COMPAT_VERSION)
+    return (COMPAT_VERSION,)
+
+
+def before_v5_on_first(versions: tuple[str, ...], folder: Path, staging: Path, *arguments: Any) -> Proof:
+    """Proof (b) on the first of ``versions`` whose environment can be made and where the original loads; the proof
+    names the release it ran on, and why an earlier one was passed over."""
+    passed_over: list[str] = []
+    for index, version in enumerate(versions):
+        proof = _unchanged_before_v5(folder, staging, version, *arguments)
+        last = index == len(versions) - 1
+        if last or not (proof.ok is None or proof.detail.startswith("could not be compared")):
+            if passed_over:
+                proof = dataclasses.replace(proof, detail=f"{proof.detail} (not on {'; '.join(passed_over)})")
+            return proof
+        passed_over.append(f"{version}, which config.json names: {proof.detail}")
+    raise AssertionError("no transformers 4 release to prove on")  # versions is never empty
+
+
+def _why_wrong(document: dict, tensor: str) -> str:
+    """A tensor still wrong after the patch, in the user's terms: its dtype and device, the largest difference, and
+    whether transformers called ``_init_weights`` for its module at all (a branch it never reaches is dead code)."""
+    finding = next((f for f in document.get("findings", []) if f["tensor"] == tensor), {})
+    facts = [f"{finding.get('dtype', '?')} on {finding.get('device', '?')}"]
+    if finding.get("max_abs_diff") is not None:
+        facts.append(f"max |diff| {finding['max_abs_diff']:.3g}")
+    if "init_weights_ran" in document:
+        module = tensor.rpartition(".")[0]
+        ran = module in document["init_weights_ran"]
+        facts.append(
+            f"_init_weights ran for {module or 'the model'}"
+            if ran
+            else f"_init_weights never ran for {module or 'the model'} (transformers skipped it: all it holds loaded)"
+        )
+    return f"{tensor} ({', '.join(facts)})"
+
+
+def _unchanged_before_v5(
+    folder: Path,
+    staging: Path,
+    version: str,
+    workarounds: tuple[str, ...],
+    class_name: str | None = None,
+    weightless: bool = False,
+) -> Proof:
+    """(b): under transformers ``version`` the patched copy loads to the same tensors and first forward as the original
+    (``weightless``: both constructed from the config build the same buffers and tensor attributes, and parameters of
+    the same names, shapes and dtypes). ``class_name``: the class the transformers 5 side loaded; both load as it here."""
+
+    proof = functools.partial(Proof, "unchanged_before_v5", weightless=weightless)
+    environment = envs.environment(version)
+    if not environment.ok:
+        return proof(
+            version,
+            None,
+            f"not run: the transformers {version} environment could not be created ({environment.reason})",
+        )
+    env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules"), "HF_HUB_OFFLINE": "1"}
+    command = [
+        str(environment.python),
+        "-m",
+        "loadguard._fix.prove",
+        str(folder.resolve()),
+        str(staging.resolve()),
+        ",".join(workarounds),
+        class_name or "",
+        "weightless" if weightless else "loaded",
+    ]
+    document = _run_json(command, env)
+    if "error" in document:
+        return proof(version, False, f"could not be compared: {document['error']}")
+    if document["differ_count"]:
+        return proof(
+            version,
+            False,
+            f"{plural(document['differ_count'], 'tensor')} differ from the original's: {', '.join(document['differ'][:6])}",
+        )
+    if document["forward"].startswith("differs") and not document.get("repaired"):
+        return proof(version, False, f"the first forward pass {document['forward']}")
+    repaired = document.get("repaired") or []
+    same = document["tensors"] - len(repaired)
+    also = (
+        f"; {', '.join(repaired[:4])} ({len(repaired)}) the original loads wrong here too now equal what the code computes"
+        if repaired
+        else ""
+    )
+    if weightless:
+        return proof(
+            document["transformers"],
+            True,
+            f"built from the config without weights: {document['valued']} buffers and tensor attributes bit-identical "
+            f"to the original's, {document['tensors'] - document['valued']} parameters of the same names, shapes and "
+            f"dtypes ({document.get('class', class_name)}); no forward pass without weights",
+        )
+    return proof(
+        document["transformers"],
+        True,
+        f"{same} of {plural(document['tensors'], 'tensor')} bit-identical to the original's{also}; first forward: "
+        f"{document['forward']} ({document.get('class', class_name)})",
+    )
+
+
+__all__ = ["COMPAT_VERSION", "Proof", "before_v5_on_first", "loads_right", "written_for"]
