@@ -80,7 +80,7 @@ def test_a_bfloat16_recompute_without_the_dtype_of_the_load_would_fail_proof_a(z
 def test_files_that_are_not_python_it_can_parse_are_left_out_until_needed(zoo_folder, tmp_path, monkeypatch):
     """A notebook cell saved as .py (`!pip install ...`) and a latin-1 file beside the model's code: not read, not
     an error; a tensor made in a file it cannot parse is a refusal naming the file."""
-    folder = tmp_path / "model"
+    folder = tmp_path / "lg_parse_model"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     (folder / "notebook_cell.py").write_text("!pip install transformers==4.40\nimport torch\n")
     (folder / "legacy.py").write_bytes("# caf\xe9\nprint 'python 2'\n".encode("latin-1"))
@@ -104,7 +104,7 @@ def test_files_that_are_not_python_it_can_parse_are_left_out_until_needed(zoo_fo
 
 @v5_only
 def test_a_crlf_file_keeps_its_line_endings_and_the_diff_applies(zoo_folder, tmp_path):
-    folder = tmp_path / "model"
+    folder = tmp_path / "lg_crlf_model"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
     modeling.write_bytes(modeling.read_bytes().replace(b"\n", b"\r\n"))
@@ -211,7 +211,7 @@ def test_proof_b_loads_each_side_through_a_plain_module_name(tmp_path, monkeypat
 def test_a_configuration_importing_transformers_onnx_is_fixed(zoo_folder, compat, tmp_path):
     """2022-23 configuration files import transformers.onnx (CodeGen2's `OnnxConfigWithPast, PatchingSpec`), which
     transformers 5 removed: `auto` gives the module back while loading; the fix imports it under try with a stand-in."""
-    folder = tmp_path / "model"
+    folder = tmp_path / "lg_onnx_model"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     configuration = folder / "configuration_lgtoy.py"
     configuration.write_text(
@@ -238,7 +238,7 @@ def test_a_package_imported_only_inside_a_function_that_no_longer_imports_is_fix
     (packages / "streamish" / "__init__.py").write_text("from transformers import DisjunctiveConstraint\n")
     monkeypatch.syspath_prepend(str(packages))
     monkeypatch.setenv("PYTHONPATH", str(packages))  # the 4.57 side of the proof runs in another interpreter
-    folder = tmp_path / "model"
+    folder = tmp_path / "lg_lazy_model"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
     modeling.write_text(
@@ -254,7 +254,7 @@ def test_a_package_imported_only_inside_a_function_that_no_longer_imports_is_fix
 @v5_only
 def test_a_buffer_a_free_function_registers_is_fixed_by_calling_it_again(zoo_folder, compat, tmp_path):
     """A table made by a function of the file (not a method) that __init__ calls with self: the call is replayed."""
-    folder = tmp_path / "model"
+    folder = tmp_path / "lg_free_fn_model"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
     text = modeling.read_text()

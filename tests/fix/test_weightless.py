@@ -33,7 +33,7 @@ def without_weights(folder: Path, target: Path) -> Path:
 @v5_only
 def test_a_folder_without_weights_gets_the_same_patch_proven_without_weights(zoo_folder, compat, tmp_path):
     folder = zoo_folder("np_buffer")
-    bare = without_weights(folder, tmp_path / "bare")
+    bare = without_weights(folder, tmp_path / "np_bare")
     before = digest(bare)
     weighed = loadguard.fix(folder, tmp_path / "with-weights", trust_remote_code=True)
     result = loadguard.fix(bare, tmp_path / "fixed", trust_remote_code=True)
@@ -64,7 +64,7 @@ def test_a_folder_without_weights_gets_the_same_patch_proven_without_weights(zoo
 def test_a_weightless_patch_that_fails_its_proofs_is_not_written(zoo_folder, compat, tmp_path):
     """shared_buffer: the recompute reads a mask the parent passed in, left on meta: the scan of the patched copy says
     so as the load does."""
-    bare = without_weights(zoo_folder("shared_buffer"), tmp_path / "bare")
+    bare = without_weights(zoo_folder("shared_buffer"), tmp_path / "shared_bare")
     result = loadguard.fix(bare, tmp_path / "fixed", trust_remote_code=True)
     assert (result.status, result.out, result.weightless) == ("not_fixed", None, True)
     assert result.proofs[0].ok is False and result.proofs[0].weightless
@@ -72,7 +72,7 @@ def test_a_weightless_patch_that_fails_its_proofs_is_not_written(zoo_folder, com
 
 
 def test_audit_of_a_folder_without_weights_says_there_are_none(zoo_folder, tmp_path, capsys):
-    bare = without_weights(zoo_folder("np_buffer"), tmp_path / "bare")
+    bare = without_weights(zoo_folder("np_buffer"), tmp_path / "audit_bare")
     code, out, err = run_cli(capsys, "audit", str(bare), "--trust-remote-code")
     assert code == 2 and "holds no weights, only code and config" in err
     assert "corrupt" not in err and "truncated" not in err
@@ -104,7 +104,9 @@ def test_a_hub_id_is_fixed_without_fetching_weights(zoo_folder, compat, tmp_path
 
     from loadguard._fix import files
 
-    snapshot = hub_cache(tmp_path / "hub", "lg-org/toy", without_weights(zoo_folder("np_buffer"), tmp_path / "bare"))
+    snapshot = hub_cache(
+        tmp_path / "hub", "lg-org/toy", without_weights(zoo_folder("np_buffer"), tmp_path / "hub_bare")
+    )
     for name, value in (("HF_HUB_CACHE", str(tmp_path / "hub")), ("HF_HUB_OFFLINE", "1")):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

@@ -356,6 +356,26 @@ def test_a_model_with_its_own_loader_cannot_be_scanned(zoo_folder, tmp_path):
     assert info.value.code == 2
 
 
+def test_an_own_loader_that_reads_its_weights_itself_is_a_scan_error_not_a_crash(zoo_folder, tmp_path):
+    """nomic-bert's from_pretrained reads model.safetensors itself: given the folder (and no weights, as a weightless
+    fix has it), it fails there; that is the scan's refusal with the reason, not 'the model's own code failed'."""
+    folder = _with_loader(
+        zoo_folder,
+        tmp_path,
+        (
+            "        import os\n"
+            "        path = os.path.join(args[0], 'model.safetensors')\n"
+            "        if not os.path.exists(path):\n"
+            "            raise ValueError(f'Model path {path} not found')\n"
+            "        return cls(kwargs['config'])\n"
+        ),
+    )
+    for weights in folder.glob("*.safetensors"):
+        weights.unlink()
+    with pytest.raises(ScanError, match=r"loads its own weights .* it failed reading them: ValueError: Model path"):
+        loadguard.scan(folder, trust_remote_code=True)
+
+
 def test_a_from_pretrained_that_delegates_is_scanned_through(zoo_folder, tmp_path):
     from transformers import PreTrainedModel
 

@@ -60,14 +60,20 @@ def through_own_loader(cls, load):
     klass = own_loader(cls)
     if klass is None:
         return load()
+    refusal = (
+        f"cannot scan {cls.__name__}: the model's class loads its own weights ({klass.__name__}.from_pretrained never "
+        "calls PreTrainedModel.from_pretrained"
+    )
+    hint = "audit a full load instead (loadguard audit PATH); fix it with its weights on disk"
     with _hf.through_the_base(_hf.BaseCall(weightless=True)) as base:
-        result = load()
+        try:
+            result = load()
+        except Exception as error:  # an own loader that reads its weights itself fails on a folder without them
+            if base.reached:
+                raise
+            raise ScanError(f"{refusal}; it failed reading them: {type(error).__name__}: {error})", hint) from error
     if not base.reached:
-        raise ScanError(
-            f"cannot scan {cls.__name__}: the model's class loads its own weights ({klass.__name__}.from_pretrained never "
-            "calls PreTrainedModel.from_pretrained)",
-            "audit a full load instead: loadguard audit PATH",
-        )
+        raise ScanError(f"{refusal})", hint)
     model, _ = loading_info.split(result)
     return model if isinstance(model, torch.nn.Module) else base.model
 
