@@ -4,6 +4,8 @@
     python benchmarks/bench_fix.py --quick    # np_buffer only
 
 The target (issue 34): a fix of a model costs at most 2x its audit plus one run in the transformers 4.57 environment.
+Without weights (issue 44: the same folder, its checkpoint removed): a weightless fix costs at most 1.5x a weightless
+scan plus one weightless run in the 4.57 environment.
 Each is measured as a user runs it, in a fresh process, one after the other in this run: ``loadguard audit``,
 ``python -m loadguard._fix.prove`` (the 4.57 run: two loads and a comparison) and ``loadguard fix``. The 4.57
 environment is built (or found) once before any timing.
@@ -87,7 +89,32 @@ def main() -> None:
             import _machine
 
             _machine.record(f"fix {name} / (2 audit + 4.57 run)", fix / (2 * audit + compat), unit="x")
+            weightless(name, folder, Path(scratch), environment, compat_env, options.repeat)
     print("(medians of", options.repeat, "runs each, alternating; a ratio <= 1.00 meets the target)")
+
+
+def weightless(name: str, folder: Path, scratch: Path, environment, compat_env: dict, repeat: int) -> None:
+    """The same model with no checkpoint: ``loadguard scan``, the weightless 4.57 run, and the weightless ``fix``."""
+    import shutil
+
+    bare = scratch / f"{name}-bare"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.index.json"))
+    scans, compats, fixes = [], [], []
+    for attempt in range(repeat):
+        scans.append(run([str(BIN / "loadguard"), "scan", str(bare), "--trust-remote-code", "--workaround", "auto"]))
+        prove = [str(environment.python), "-m", "loadguard._fix.prove", str(bare), str(bare)]
+        compats.append(run(prove + [",".join(zoo.get(name).needed_workarounds), "", "weightless"], compat_env))
+        out = str(scratch / f"{name}-bare-fixed-{attempt}")
+        fixes.append(run([str(BIN / "loadguard"), "fix", str(bare), "--out", out, "--trust-remote-code"]))
+    scan, compat, fix = (statistics.median(v) for v in (scans, compats, fixes))
+    ratio = fix / (1.5 * scan + compat)
+    print(
+        f"{name + ' (no weights)':16} scan {scan:.2f} s, 4.57 run {compat:.2f} s, fix {fix:.2f} s: "
+        f"fix / (1.5 scan + 4.57 run) = {ratio:.2f}"
+    )
+    import _machine
+
+    _machine.record(f"weightless fix {name} / (1.5 scan + 4.57 run)", ratio, unit="x")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def test_files_that_are_not_python_it_can_parse_are_left_out_until_needed(zoo_fo
     (folder / "notebook_cell.py").write_text("!pip install transformers==4.40\nimport torch\n")
     (folder / "legacy.py").write_bytes("# caf\xe9\nprint 'python 2'\n".encode("latin-1"))
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
-    assert result.status == "unverified"
+    assert result.status == ("unverified" if IS_V5 else "clean")  # 4.57 loads the zoo right: nothing to change
     assert not [r for r in result.refused if "notebook_cell" in r.reason or "legacy" in r.reason]
     if IS_V5:
         assert {c.file for c in result.changes} == {"modeling_lgtoy.py"}

@@ -359,7 +359,7 @@ def test_module_name_origins_are_4_57s_own_objects():
 def test_pruning_stand_ins_equal_4_57s():
     from transformers import pytorch_utils as theirs
 
-    from loadguard.workarounds import v4_names as ours
+    from loadguard.workarounds import v4_standins as ours
 
     for heads, pruned in (([0, 2], {2}), ([1], set()), ([3, 0], {1})):
         a, b = (

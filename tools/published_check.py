@@ -1,0 +1,255 @@
+"""Try ``loadguard fix`` on published remote code nobody here wrote, and judge the result without loadguard's audit.
+
+    python tools/published_check.py WORKDIR SOURCE_FOLDER...     # each: a folder with config.json and the model's code
+
+For each source folder (its ``*.py`` files and ``config.json``; nothing else is read):
+
+1. the config is shrunk to a few small layers (the size fields it has), float32;
+2. under the transformers 4 it was written for (config.json's ``transformers_version``, else 4.57.6: the matrix's
+   environments) the model is built with seed 0 and saved: the checkpoint; a plain ``from_pretrained`` of it there
+   gives the ground truth (every parameter, buffer and tensor attribute). Code that relies on typing names older
+   torch leaked is given them there (the environments have this torch, not the one it was written for);
+3. on the running transformers, ``loadguard fix --workaround auto`` with the weights, and again without them;
+4. the independent check: a plain ``from_pretrained`` of each fixed copy (the weightless one given the checkpoint),
+   leftover memory NaN / INT_MAX through torch's own switches, no workaround, compared tensor by tensor with the truth.
+
+Prints one line per model and writes ``WORKDIR/results.json``. Nothing of the published code is kept in this project:
+the source folders are read where they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SIZES = {
+    ("num_hidden_layers", "num_layers", "n_layer", "n_layers"): 2,
+    ("hidden_size", "n_embd", "d_model"): 128,  # MiniCPM-V's resampler has hidden_size // 128 heads
+    ("num_attention_heads", "n_head", "n_heads"): 4,
+    ("num_key_value_heads", "multi_query_group_num", "n_kv_heads", "kv_n_heads"): 2,
+    ("kv_channels", "head_dim"): 16,
+    ("intermediate_size", "ffn_hidden_size", "n_inner"): 128,
+    ("moe_intermediate_size",): 32,
+    ("n_routed_experts", "num_experts"): 4,
+    ("num_experts_per_tok", "moe_top_k"): 2,
+    ("n_group", "topk_group", "first_k_dense_replace", "n_shared_experts"): 1,
+    ("kv_lora_rank",): 16,
+    ("qk_rope_head_dim", "qk_nope_head_dim"): 8,
+    ("v_head_dim",): 16,
+    ("vocab_size", "padded_vocab_size"): 256,
+    ("max_position_embeddings", "seq_length", "n_positions", "max_sequence_length", "model_max_length"): 128,
+}
+OFF = ("use_flash_attn", "use_flash_attention", "use_dynamic_ntk", "use_logn_attn")
+DROP = ("quantization_config", "torch_dtype", "pre_seq_len")
+
+
+def shrink(config: dict) -> dict:
+    out = {
+        key: shrink(value) if isinstance(value, dict) and key.endswith("_config") else value
+        for key, value in config.items()
+    }
+    for names, value in SIZES.items():
+        for name in names:
+            if isinstance(out.get(name), int) and out[name] > value:
+                out[name] = value
+    if isinstance(out.get("q_lora_rank"), int):
+        out["q_lora_rank"] = 32
+    for name in OFF:
+        if name in out:
+            out[name] = False
+    for name in DROP:
+        out.pop(name, None)
+    if "architectures" in config:
+        out["dtype"] = "float32"
+    return out
+
+
+TENSORS = r"""
+def all_tensors(model):
+    import torch
+
+    named = dict(model.named_parameters(remove_duplicate=False))
+    named.update(model.named_buffers(remove_duplicate=False))
+    for prefix, module in model.named_modules():
+        for key, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                named.setdefault(f"{prefix}.{key}" if prefix else key, value)
+    return named
+"""
+
+BUILD = (
+    TENSORS
+    + r"""
+import json, sys, torch
+from pathlib import Path
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+folder = sys.argv[1]
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+auto_map = getattr(config, "auto_map", {}) or {}
+cls = AutoModelForCausalLM if "AutoModelForCausalLM" in auto_map else AutoModel
+from loadguard.workarounds import using  # code written for an older torch: the typing names it leaked
+
+with using(["remote-code-typing-aliases"], folder):  # one block: remote modules stay imported between the two loads
+    torch.manual_seed(0)
+    model = cls.from_config(config, trust_remote_code=True, torch_dtype=torch.float32)
+    torch.manual_seed(0)
+    with torch.no_grad():  # code that skips initialization (empty_init) would save leftover memory: seeded values
+        for parameter in model.parameters():
+            if not torch.isfinite(parameter).all() or parameter.abs().max() > 1e4:
+                parameter.normal_(0.0, 0.02)
+    model.save_pretrained(folder + "/.saved", safe_serialization=True)
+    for file in Path(folder + "/.saved").iterdir():
+        if file.suffix == ".safetensors" or file.name.endswith(".index.json"):
+            file.rename(Path(folder) / file.name)
+    torch.manual_seed(0)
+    loaded = cls.from_pretrained(folder, trust_remote_code=True).eval()
+named = all_tensors(loaded)
+torch.save({k: v.detach().clone() for k, v in named.items() if not v.is_meta}, sys.argv[2])
+print(json.dumps({"class": type(loaded).__name__, "auto": cls.__name__, "tensors": len(named)}))
+"""
+)
+
+CHECK = (
+    TENSORS
+    + r"""
+import json, sys, torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+folder, truth_path, auto = sys.argv[1], sys.argv[2], sys.argv[3]
+torch.use_deterministic_algorithms(True, warn_only=True)
+torch.utils.deterministic.fill_uninitialized_memory = True
+cls = {"AutoModel": AutoModel, "AutoModelForCausalLM": AutoModelForCausalLM}[auto]
+try:
+    model = cls.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32)
+except Exception as error:
+    print(json.dumps({"loads": False, "error": f"{type(error).__name__}: {str(error)[:200]}"}))
+    sys.exit(0)
+truth = torch.load(truth_path)
+named = all_tensors(model)
+wrong = []
+for name, value in truth.items():
+    got = named.get(name)
+    if got is None or got.is_meta or got.shape != value.shape:
+        wrong.append(name)
+    elif not torch.equal(got.detach().to(value.dtype), value) and not (
+        value.is_floating_point() and torch.allclose(got.detach().to(value.dtype), value, rtol=1e-6, atol=1e-7, equal_nan=True)
+    ):
+        wrong.append(name)
+print(json.dumps({"loads": True, "wrong": sorted(wrong)[:12], "wrong_count": len(wrong), "tensors": len(truth)}))
+"""
+)
+
+
+def run(command: list[str], env: dict | None = None, timeout: int = 900) -> tuple[int, str, str]:
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    return result.returncode, result.stdout, result.stderr
+
+
+def last_json(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return {}
+
+
+def main() -> None:
+    from loadguard._fix.proofs import COMPAT_VERSION, written_for
+    from loadguard._infra import envs
+
+    workdir, sources = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
+    fallback = envs.environment(COMPAT_VERSION)
+    if not fallback.ok:
+        raise SystemExit(f"the {COMPAT_VERSION} environment is needed: {fallback.reason}")
+    current = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    loadguard = str(Path(sys.executable).with_name("loadguard"))
+    results = []
+    for source in sources:
+        name = source.name if source.name not in ("repo", "model", "aaa") else source.parent.name
+        base = workdir / name
+        shutil.rmtree(base, ignore_errors=True)
+        original = base / "original"
+        original.mkdir(parents=True)
+        for file in source.glob("*.py"):
+            shutil.copy(file, original / file.name)
+        row: dict = {"model": name}
+        try:
+            config = json.loads((source / "config.json").read_text())
+        except (OSError, ValueError) as error:  # a Git LFS pointer in place of the file, say
+            row["status"] = f"skipped: config.json is not JSON ({type(error).__name__})"
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            continue
+        (original / "config.json").write_text(json.dumps(shrink(config), indent=2))
+        # built where the model was written for (config.json's transformers_version), as fix's proof (b) chooses
+        code, out, err, built = 1, "", "no transformers 4 environment", {}
+        for version in written_for(original):
+            environment = envs.environment(version)
+            if not environment.ok:
+                continue
+            compat = {**os.environ, "HF_MODULES_CACHE": str(base / f"hf_modules_{version}"), "HF_HUB_OFFLINE": "1"}
+            command = [str(environment.python), "-c", BUILD, str(original), str(base / "truth.pt")]
+            code, out, err = run(command, compat)
+            built = last_json(out)
+            if built:
+                row["built_on"] = version
+                break
+        if code or not built:
+            row["status"] = "no checkpoint: the original does not build on " + " or ".join(written_for(original))
+            row["why"] = (err.strip().splitlines() or ["?"])[-1][:300]
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            continue
+        row["class"], auto = built["class"], built["auto"]
+        row["original"] = last_json(
+            run([sys.executable, "-c", CHECK, str(original), str(base / "truth.pt"), auto], current)[1]
+        )
+        bare = base / "bare"
+        shutil.copytree(original, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.index.json", ".saved"))
+        for label, folder in (("with_weights", original), ("weightless", bare)):
+            out_folder = base / f"fixed-{label}"
+            code, out, err = run(
+                [
+                    loadguard,
+                    "fix",
+                    str(folder),
+                    "--out",
+                    str(out_folder),
+                    "--trust-remote-code",
+                    "--workaround",
+                    "auto",
+                    "--format",
+                    "json",
+                ],
+                current,
+            )
+            document = last_json(out) if out.strip().startswith("{") else {}
+            try:
+                document = json.loads(out)
+            except ValueError:
+                pass
+            entry = {"exit": code, "status": document.get("status"), "error": (err.strip().splitlines() or [""])[-2:]}
+            entry["refused"] = [
+                f"{r['tensor']}: {r['reason'][:160]} ({r['location']})" for r in document.get("refused", [])
+            ]
+            entry["proofs"] = [f"{p['name']} {p['ok']}: {p['detail'][:200]}" for p in document.get("proofs", [])]
+            if out_folder.exists():
+                for weights in original.glob("*.safetensors"):
+                    if not (out_folder / weights.name).exists():
+                        shutil.copy(weights, out_folder / weights.name)
+                entry["check"] = last_json(
+                    run([sys.executable, "-c", CHECK, str(out_folder), str(base / "truth.pt"), auto], current)[1]
+                )
+            row[label] = entry
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    (workdir / "results.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
