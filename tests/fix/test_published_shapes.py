@@ -273,3 +273,22 @@ def test_a_buffer_a_free_function_registers_is_fixed_by_calling_it_again(zoo_fol
     assert result.status == "fixed", result.to_json()
     assert "register_index(module, module.num_positions, device=module.index.device)" in result.diff
     assert independent_check(tmp_path / "fixed", "np_buffer") == []
+
+
+@v5_only
+def test_a_checkpoint_holding_nan_is_bit_identical_to_itself_on_4x(zoo_folder, compat, tmp_path):
+    """GLM-style code builds its layers with empty_init: a checkpoint saved from a fresh construction holds leftover
+    memory, NaN included. Proof (b) compares bits, so the same NaN on both sides is equal (torch.equal never calls
+    NaN equal: 1 to 9 'differing' weights that the patch never touched)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "lg_nan_model"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    tensors = load_file(folder / "model.safetensors")
+    name = next(k for k in sorted(tensors) if k.endswith("weight") and tensors[k].is_floating_point())
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[:3] = float("nan")
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
+    assert result.status == "fixed" and result.proofs[1].ok is True, result.to_json()
+    assert "bit-identical to the original's" in result.proofs[1].detail

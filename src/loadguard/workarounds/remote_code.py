@@ -185,9 +185,9 @@ POST_INIT_ON_5 = (
     'if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x needs post_init(); 4.x loaded this without it\n'
     "    self.post_init()"
 )
-"""What an ``__init__`` that never calls ``post_init()`` gets: the call where transformers 5 runs, nothing on 4.x (where
-a new ``post_init()`` would initialize and tie what 4.x's load of this code never did: GLM-style code loads other
-weights then)."""
+"""What an ``__init__`` that never calls ``post_init()`` gets: the call where transformers 5 runs, nothing on 4.x, so
+transformers 4 runs exactly the code it loaded before (a new ``post_init()`` there would initialize and tie at
+construction, which this code never did on 4.x)."""
 
 
 def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
