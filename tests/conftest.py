@@ -117,6 +117,10 @@ def load(folder, **kwargs):
     from loadguard import workarounds
 
     entry = zoo.entry_of(folder)
+    if entry is not None and entry.dtype is not None:  # as its model card would say (transformers 4 loads float32)
+        import torch
+
+        kwargs.setdefault("dtype" if IS_V5 else "torch_dtype", getattr(torch, entry.dtype))
     with workarounds.using(needed_workarounds(entry), folder):
         return AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, **kwargs)
 

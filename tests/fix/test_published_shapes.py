@@ -32,15 +32,18 @@ def compat(compat_cache, monkeypatch):
 @pytest.mark.parametrize(
     ("entry", "edit"),
     [
-        # bloom-era helpers and pytorch_utils functions transformers 5 removed: a try import with 4.x's definition
-        (
+        # end to end in make test-slow (their source edits run as code in tests/codemod): bloom-era helpers and
+        # pytorch_utils functions transformers 5 removed, ROPE_INIT_FUNCTIONS['default'] (4.4x Llama copies), an
+        # attention-support property asking a submodule __init__ has not made yet
+        pytest.param(
             "v4_module_names",
             "except ImportError:  # removed in transformers 5\n    def find_pruneable_heads_and_indices(",
+            marks=pytest.mark.slow,
         ),
-        # ROPE_INIT_FUNCTIONS['default'] (4.4x Llama copies): the entry given back only where it is missing
-        ("v4_rope_default", 'if "default" not in ROPE_INIT_FUNCTIONS:'),
-        # an attention-support property asking a submodule that __init__ has not made yet
-        ("v4_attention_probe", "except AttributeError:  # asked before the submodule exists"),
+        pytest.param("v4_rope_default", 'if "default" not in ROPE_INIT_FUNCTIONS:', marks=pytest.mark.slow),
+        pytest.param(
+            "v4_attention_probe", "except AttributeError:  # asked before the submodule exists", marks=pytest.mark.slow
+        ),
         # DeepSeek-style YaRN tables made in torch.get_default_dtype() by a helper, loaded in bfloat16
         ("yarn_rotary_bf16", "torch.set_default_dtype(self.dtype)"),
         # a quantized-cache bound from a local __init__ assigns under an if of the config: the if is replayed
