@@ -46,8 +46,9 @@ def compat(compat_cache, monkeypatch):
         ),
         # DeepSeek-style YaRN tables made in torch.get_default_dtype() by a helper, loaded in bfloat16
         ("yarn_rotary_bf16", "torch.set_default_dtype(self.dtype)"),
-        # a quantized-cache bound from a local __init__ assigns under an if of the config: the if is replayed
-        ("conditional_state", "if module.config.quantize_kv_cache:"),
+        # a quantized-cache bound from a local __init__ assigns under an if of the config: the if is replayed (its
+        # branch runs as code for three configs in tests/codemod)
+        pytest.param("conditional_state", "if module.config.quantize_kv_cache:", marks=pytest.mark.slow),
     ],
 )
 def test_published_shapes_get_a_proven_patch(entry, edit, zoo_folder, compat, tmp_path):
@@ -61,9 +62,10 @@ def test_published_shapes_get_a_proven_patch(entry, edit, zoo_folder, compat, tm
 
 
 @v5_only
+@pytest.mark.slow  # make test-slow; the fast check of the same behaviour is named in the docstring
 def test_a_bfloat16_recompute_without_the_dtype_of_the_load_would_fail_proof_a(zoo_folder, compat, tmp_path):
     """The negative: the same branch run where the default dtype is float32 (as transformers 5 runs _init_weights)
-    gives float32 tables; proof (a) refuses it."""
+    gives float32 tables; proof (a) refuses it. Fast: test_a_recompute_reading_the_default_dtype_runs_under_the_loaded_dtype."""
     from loadguard._codemod import write
 
     original = write._branch_text
@@ -255,8 +257,10 @@ def test_a_package_imported_only_inside_a_function_that_no_longer_imports_is_fix
 
 
 @v5_only
+@pytest.mark.slow  # make test-slow; the fast check of the same behaviour is named in the docstring
 def test_a_buffer_a_free_function_registers_is_fixed_by_calling_it_again(zoo_folder, compat, tmp_path):
-    """A table made by a function of the file (not a method) that __init__ calls with self: the call is replayed."""
+    """A table made by a function of the file (not a method) that __init__ calls with self: the call is replayed.
+    Fast: test_a_table_a_free_function_makes_on_the_module_is_recomputed_by_calling_it_again."""
     folder = tmp_path / "lg_free_fn_model"
     shutil.copytree(zoo_folder("np_buffer"), folder)
     modeling = folder / "modeling_lgtoy.py"
@@ -279,10 +283,11 @@ def test_a_buffer_a_free_function_registers_is_fixed_by_calling_it_again(zoo_fol
 
 
 @v5_only
+@pytest.mark.slow  # make test-slow; the fast check of the same behaviour is named in the docstring
 def test_a_checkpoint_holding_nan_is_bit_identical_to_itself_on_4x(zoo_folder, compat, tmp_path):
     """GLM-style code builds its layers with empty_init: a checkpoint saved from a fresh construction holds leftover
     memory, NaN included. Proof (b) compares bits, so the same NaN on both sides is equal (torch.equal never calls
-    NaN equal: 1 to 9 'differing' weights that the patch never touched)."""
+    NaN equal: 1 to 9 'differing' weights that the patch never touched). Fast: test_proof_b_compares_bits."""
     from safetensors.torch import load_file, save_file
 
     folder = tmp_path / "lg_nan_model"
@@ -295,3 +300,17 @@ def test_a_checkpoint_holding_nan_is_bit_identical_to_itself_on_4x(zoo_folder, c
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
     assert result.status == "fixed" and result.proofs[1].ok is True, result.to_json()
     assert "bit-identical to the original's" in result.proofs[1].detail
+
+
+def test_proof_b_compares_bits():
+    """The same NaN on both sides is equal (a checkpoint of empty_init code holds leftover memory), a different bit is
+    not, and -0.0 is not 0.0: bit for bit, as proof (b) promises."""
+    import torch
+
+    from loadguard._fix.prove import _same_bits
+
+    nan = torch.tensor([1.0, float("nan"), 3.0])
+    assert _same_bits(nan, nan.clone()) and not torch.equal(nan, nan.clone())
+    assert not _same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not _same_bits(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0000002]))
+    assert _same_bits(torch.tensor([True, False]), torch.tensor([True, False]))
