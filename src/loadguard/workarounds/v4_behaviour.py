@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import inspect
 import re
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from ._registry import Usage, workaround
 from ._source_fixes import accepting
 from .remote_code import has_remote_code
 from .v4_api import on_new_subclasses, takes_keywords
+from .v4_standins import definition_named
 
 # ----------------------------------------------------------------------------------------------------
 # ROPE_INIT_FUNCTIONS["default"]
@@ -69,10 +69,7 @@ def rope_default_source_fix(sources: dict[str, str], config: dict, model) -> tup
     same function the workaround gives, defined in the file): on transformers 4 the key is there and nothing changes."""
     from .._codemod import define_after_imports
 
-    definition = textwrap.dedent(inspect.getsource(v4_default_rope_parameters))
-    definition = re.sub(
-        r"^def v4_default_rope_parameters\(", "def _v4_default_rope_parameters(", definition, flags=re.M
-    )
+    definition = definition_named(v4_default_rope_parameters, "_v4_default_rope_parameters")
     block = (
         'if "default" not in ROPE_INIT_FUNCTIONS:  # transformers 5 dropped plain RoPE from the registry: 4.x\'s entry\n\n'
         + textwrap.indent(definition, "    ", lambda line: bool(line.strip()))

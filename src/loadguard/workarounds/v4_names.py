@@ -33,7 +33,7 @@ from typing import Any
 from .._infra import AfterImport
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
-from .v4_standins import OLDER, OLDER_BLOOM, OWN
+from .v4_standins import OLDER, OLDER_BLOOM, OWN, definition_named
 
 OWNED_ELSEWHERE = {
     "is_torch_fx_available",
@@ -249,24 +249,15 @@ def _removed_names_pattern() -> str:
     )
 
 
-def _definition(function: Callable, name: str) -> str:
-    """The source of one of the stand-ins above (each imports what it needs inside), defined as ``name``."""
-    import inspect
-    import textwrap
-
-    text = textwrap.dedent(inspect.getsource(function))
-    return re.sub(rf"^def {re.escape(function.__name__)}\(", f"def {name}(", text, count=1, flags=re.M)
-
-
 def fallback(module: str, name: str, origin: str | None) -> str | None:
     """What a model file can say instead of ``from <module> import <name>`` where transformers 5 removed the name: the
     same meaning as :func:`provider` gives back at load time, as source (None: nothing can, by hand)."""
     native_model = _MODELING.match(module)
     if native_model is not None and name in OLDER:
         older = OLDER_BLOOM if native_model.group(1) == "bloom" else OLDER
-        return _definition(older[name], name)
+        return definition_named(older[name], name)
     if name in OWN:
-        return _definition(OWN[name](), name)
+        return definition_named(OWN[name](), name)
     if origin is not None and origin.startswith("value:"):
         return f"{name} = {json.loads(origin[len('value:') :])!r}"
     if origin is not None and _resolves(origin):

@@ -4,6 +4,9 @@ into a model file (:func:`loadguard.workarounds.v4_names.fallback`)."""
 
 from __future__ import annotations
 
+import inspect
+import re
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -93,4 +96,11 @@ OWN: dict[str, Callable[[], Any]] = {
 }
 
 
-__all__ = ["OLDER", "OLDER_BLOOM", "OWN", "find_pruneable_heads_and_indices", "prune_linear_layer"]
+def definition_named(function: Callable, name: str) -> str:
+    """The source of a self-contained function of loadguard's (it imports what it needs inside), defined as ``name``:
+    what a source fix writes into a model file in place of a name transformers 5 removed."""
+    text = textwrap.dedent(inspect.getsource(function))
+    return re.sub(rf"^def {re.escape(function.__name__)}\(", f"def {name}(", text, count=1, flags=re.M)
+
+
+__all__ = ["OLDER", "OLDER_BLOOM", "OWN", "definition_named", "find_pruneable_heads_and_indices", "prune_linear_layer"]
