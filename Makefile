@@ -51,11 +51,20 @@ test-versions: $(STAMP)
 
 # What code written for transformers 4 can touch and 5.x changed, as data (checked in; tests/workarounds/test_api_diff.py
 # requires every entry covered by a workaround or declined with a reason)
+# 4.x releases before 4.57 whose names the diff adds (code written for them imports what 4.57 had already dropped);
+# each is dumped in loadguard's environment for it (created on first use, ~20 s each)
+API_DIFF_OLDER ?= 4.26.1 4.30.2 4.33.3 4.36.2 4.40.2 4.44.2 4.46.3 4.50.3 4.54.1
+
 api-diff: $(STAMP) $(COMPAT_STAMP)
 	$(COMPAT)/bin/python tools/api_surface.py --modules all > .api-surface-old.json
 	$(BIN)/python tools/api_surface.py --modules all > .api-surface-new.json
-	$(BIN)/python tools/api_diff.py .api-surface-old.json .api-surface-new.json > src/loadguard/workarounds/data/api_diff.json
-	rm -f .api-surface-old.json .api-surface-new.json
+	for v in $(API_DIFF_OLDER); do \
+	  py=$$($(BIN)/python -c "from loadguard._infra import envs; e = envs.environment('$$v'); print(e.python if e.ok else '')") \
+	  && test -n "$$py" && $$py tools/api_surface.py --modules all > .api-surface-$$v.json || exit 1; \
+	done
+	$(BIN)/python tools/api_diff.py .api-surface-old.json .api-surface-new.json $(API_DIFF_OLDER:%=.api-surface-%.json) \
+	  > src/loadguard/workarounds/data/api_diff.json
+	rm -f .api-surface-*.json
 
 $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)

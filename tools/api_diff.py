@@ -1,8 +1,15 @@
 """What code written for transformers 4 can touch and transformers 5 changed, as data: `make api-diff`.
 
-    python tools/api_diff.py OLD.json NEW.json > src/loadguard/workarounds/data/api_diff.json
+    python tools/api_diff.py OLD.json NEW.json [OLDER.json ...] > src/loadguard/workarounds/data/api_diff.json
 
-OLD/NEW are ``tools/api_surface.py --modules all`` dumps (4.57 in ``.venv-compat``, the pinned 5.x in ``.venv``).
+OLD/NEW are ``tools/api_surface.py --modules all`` dumps (4.57 in ``.venv-compat``, the pinned 5.x in ``.venv``);
+each OLDER is one of a 4.x release before 4.57 (``make api-diff`` dumps a spread of them in loadguard's per-version
+environments): code written for 4.36 imports names 4.57 had already dropped (``_expand_mask``,
+``LlamaFlashAttention2``), and 5.x lacks them too. What an older release adds is an entry 4.57's diff does not have,
+marked ``"last_in"`` with the newest of those releases that had it (and ``"via": "GenerationMixin"`` for a
+``PreTrainedModel`` name it only inherited from ``GenerationMixin``, as it did until 4.50); signatures are 4.57's only (an older signature
+is not what 5.x is compared with by any workaround). Run with the new side's transformers installed: a name its lazy
+modules still resolve (``AlbertTokenizerFast``) is not listed.
 Entries, each with an ``id`` the workarounds' coverage is written against (``tests/workarounds/test_api_diff.py``):
 
 - ``config:NAME`` an attribute every 4.x config carried (with its 4.x value) that 5.x configs lack;
@@ -16,6 +23,8 @@ from __future__ import annotations
 
 import json
 import sys
+
+from packaging.version import Version
 
 
 def diff(old: dict, new: dict) -> dict:
@@ -44,9 +53,59 @@ def diff(old: dict, new: dict) -> dict:
     return {"from": old["transformers"], "to": new["transformers"], "entries": entries}
 
 
+def merged(old: dict, new: dict, older: list[dict]) -> dict:
+    """4.57's diff, plus what each older release had that 5.x lacks and 4.57's diff does not list."""
+    result = diff(old, new)
+    known = {entry["id"] for entry in result["entries"]}
+    for dump in sorted(older, key=lambda d: Version(d["transformers"]), reverse=True):  # newest first: last_in
+        inherited = set(dump["model"].get("GenerationMixin", {}))  # PreTrainedModel inherited it until 4.50
+        for entry in diff(dump, new)["entries"]:
+            if entry["id"] not in known and not entry["id"].startswith("signature:"):
+                known.add(entry["id"])
+                entry = {**entry, "last_in": dump["transformers"]}
+                if entry["id"].startswith("model:PreTrainedModel.") and entry["id"].split(".", 1)[1] in inherited:
+                    entry["via"] = "GenerationMixin"
+                result["entries"].append(entry)
+    result["entries"].sort(key=lambda entry: entry["id"])
+    result["older"] = sorted((dump["transformers"] for dump in older), key=Version)
+    return result
+
+
+def resolvable(result: dict) -> dict:
+    """Drop the name entries the running transformers gives after all, when it is the diff's new side: a lazy
+    module's fallbacks resolve names no table lists (5.x's ``AlbertTokenizerFast`` is ``AlbertTokenizer``)."""
+    import importlib
+    import warnings
+
+    import transformers
+
+    if transformers.__version__ != result["to"]:
+        print(f"api_diff: transformers {transformers.__version__} is not {result['to']}: not probed", file=sys.stderr)
+        return result
+    kept = []
+    for entry in result["entries"]:
+        kind, _, rest = entry["id"].partition(":")
+        if kind == "name":
+            module, _, name = rest.partition(":")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    getattr(importlib.import_module(module), name)
+                continue
+            except Exception:
+                pass
+        kept.append(entry)
+    return {**result, "entries": kept}
+
+
 def main() -> None:
-    old, new = (json.load(open(path)) for path in sys.argv[1:3])
-    json.dump(diff(old, new), sys.stdout, indent=1, sort_keys=True)
+    old, new, *older = (json.load(open(path)) for path in sys.argv[1:])
+    real, sys.stdout = sys.stdout, sys.stderr  # transformers prints while resolving: keep it off the JSON
+    try:
+        result = resolvable(merged(old, new, older))
+    finally:
+        sys.stdout = real
+    json.dump(result, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 
 

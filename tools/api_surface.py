@@ -4,8 +4,8 @@
 
 Surfaces: ``config`` (every attribute a plain ``PretrainedConfig()`` carries, with its value), ``model`` (the
 class-level names of ``PreTrainedModel`` and ``GenerationMixin``, with each method's parameters), ``modules``
-(module-level names, each with where its object lives, of ``transformers``, ``transformers.utils``, ``transformers.modeling_utils``,
-``transformers.pytorch_utils``, ``transformers.modeling_attn_mask_utils`` and, with ``--modules all``, every
+(module-level names, each with where its object lives, of ``transformers`` and the modules remote code imports from
+(:data:`CORE_MODULES`: ``modeling_utils``, ``pytorch_utils``, ``activations``, ``cache_utils``, ``onnx`` ...) and, with ``--modules all``, every
 ``transformers.models.*.modeling_*`` module; a module that does not exist is recorded as absent), ``auto`` (the auto
 classes). ``tools/api_diff.py`` compares two dumps.
 """
@@ -18,8 +18,10 @@ import inspect
 import json
 import math
 import pkgutil
+import re
 import sys
 import warnings
+from pathlib import Path
 
 CORE_MODULES = (
     "transformers",
@@ -30,6 +32,20 @@ CORE_MODULES = (
     "transformers.modeling_attn_mask_utils",
     "transformers.configuration_utils",
     "transformers.generation.utils",
+    "transformers.onnx",
+    "transformers.activations",
+    "transformers.modeling_outputs",
+    "transformers.modeling_rope_utils",
+    "transformers.modeling_flash_attention_utils",
+    "transformers.cache_utils",
+    "transformers.file_utils",
+    "transformers.utils.generic",
+    "transformers.generation",
+    "transformers.tokenization_utils",
+    "transformers.tokenization_utils_base",
+    "transformers.tokenization_utils_fast",
+    "transformers.integrations",
+    "transformers.deepspeed",
 )
 
 
@@ -50,7 +66,8 @@ def _parameters(member) -> list[str] | None:
     if not callable(function):
         return None
     try:
-        return [str(p) for p in inspect.signature(function).parameters.values()]
+        # a default that is a function prints its address: not part of the API, and different on every run
+        return [re.sub(r" at 0x[0-9a-f]+>", ">", str(p)) for p in inspect.signature(function).parameters.values()]
     except (TypeError, ValueError):
         return None
 
@@ -111,7 +128,25 @@ def _module_names(name: str) -> dict[str, str | None] | None:
             module = importlib.import_module(name)
     except Exception:
         return None
-    return {n: _origin(v) for n, v in sorted(vars(module).items()) if not (n.startswith("__") and n.endswith("__"))}
+    names = {n: _origin(v) for n, v in sorted(vars(module).items()) if not (n.startswith("__") and n.endswith("__"))}
+    names.update((n, origin) for n, origin in _lazy_names(module).items() if n not in names)
+    return dict(sorted(names.items()))
+
+
+def _lazy_names(module) -> dict[str, str | None]:
+    """The names a lazy module (transformers' ``_LazyModule``) gives on first access and ``vars()`` does not hold yet,
+    each with the submodule it would import it from, read from the module's own tables (nothing is imported: many
+    would fail, TensorFlow and Flax classes among them)."""
+    lazy = getattr(module, "_class_to_module", None)
+    if not isinstance(lazy, dict):
+        return {}
+    names = {name: f"{module.__name__}.{sub}:{name}" for name, sub in lazy.items()}
+    names.update((sub, f"{module.__name__}.{sub}") for sub in getattr(module, "_modules", ()) if "." not in sub)
+    try:  # and what it resolves past those tables (5.x's aliases: LlamaTokenizerFast is LlamaTokenizer), origin unsaid
+        names.update((name, None) for name in dir(module) if name not in names and not name.startswith("__"))
+    except Exception:
+        pass
+    return names
 
 
 def main() -> None:
@@ -147,8 +182,8 @@ def collect() -> dict:
 
         for info in pkgutil.iter_modules(models.__path__):
             package = f"transformers.models.{info.name}"
-            spec = importlib.util.find_spec(package)
-            for sub in pkgutil.iter_modules(spec.submodule_search_locations or []):
+            folder = Path(models.__path__[0]) / info.name  # find_spec fails on a lazy package of older 4.x
+            for sub in pkgutil.iter_modules([str(folder)] if info.ispkg else []):
                 if sub.name.startswith("modeling_") and not sub.name.startswith(("modeling_tf_", "modeling_flax_")):
                     names.append(f"{package}.{sub.name}")
     for name in names:
