@@ -1,4 +1,5 @@
-"""Which workaround gives back each entry of the API diff (transformers 4.57 -> the pinned 5.x), or why none does.
+"""Which workaround gives back each entry of the API diff (transformers 4.57, and names of 4.x releases before it,
+-> the pinned 5.x), or why none does.
 
 ``tests/workarounds/test_api_diff.py`` requires every entry covered or declined; ``loadguard workarounds coverage`` prints the
 tally. A new transformers release regenerates the diff (``make api-diff``): an entry nobody covers fails the test.
@@ -6,17 +7,101 @@ tally. A new transformers release regenerates the diff (``make api-diff``): an e
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .transformers_v4 import V4_GENERATION_DEFAULTS
 from .v4_api import V4_MODEL_ATTRIBUTES, v4_config_defaults
 from .v4_auto import V4_AUTO_CLASSES
-from .v4_names import declined as declined_name
 from .v4_names import diff, provider
+
+# (names matching the pattern, why v4-module-names gives no stand-in): the name entries no workaround serves
+NAMES_DECLINED: tuple[tuple[str, str], ...] = (
+    (
+        r"^name:transformers\.models\.auto\.modeling_auto:_\w+$",
+        "the auto classes' private lazy stand-ins: the public names are v4-removed-auto-classes'",
+    ),
+    (
+        r"^name:transformers\.models\.[\w.]+:_[A-Z_]*EXPECTED_\w+$",
+        "an expected output shape or loss quoted in a native model's docstrings: model code does not compute with it",
+    ),
+    (
+        r"^name:transformers:(TF|Flax|FLAX_|TF_)\w*$",
+        "a TensorFlow or Flax class: transformers 5 removed both backends; a PyTorch load never needs one",
+    ),
+    (
+        r"^name:transformers:\w+_PRETRAINED_(CONFIG_ARCHIVE_MAP|MODEL_ARCHIVE_LIST)$",
+        "the Hub URL lists 4.41 removed: a model's code that names one only defines its own",
+    ),
+    (
+        r"^name:transformers:\w*OnnxConfig\w*$",
+        "an ONNX export config (export moved to optimum): configuration files import them from transformers.onnx, "
+        "which v4-onnx-module gives back",
+    ),
+    (
+        r"^name:transformers:\w+$",
+        "a top-level name whose 4.x home transformers 5 removed with its behaviour (agents and tools, data and dataset "
+        "helpers, pipelines, deprecated models, slow-only tokenizers, legacy cache and beam-search classes): no "
+        "stand-in can give it; code that imports it must be ported",
+    ),
+    (
+        r"^name:transformers\.models\.[\w.]+:[A-Z]\w*$",
+        "a layer class of a native model that 5.x restructured or removed: no stand-in can "
+        "give 4.x's behaviour; remote code subclassing it must be ported",
+    ),
+    (
+        r"^name:transformers\.models\.[\w.]+:_?[a-z]\w*$",
+        "a helper function of a native model that 5.x removed with no public home: "
+        "remote code that imports it must carry its own copy",
+    ),
+    (
+        r"^name:transformers\.cache_utils:\w+$",
+        "a cache class or helper of 4.x's cache API that 5.x removed or rebuilt (SinkCache, HybridCache, offloaded and "
+        "quantized caches, cache processors): generate-time code that builds one must be ported",
+    ),
+    (
+        r"^name:transformers\.generation:\w+$",
+        "4.x's beam-search, constraint and per-strategy output classes, removed with generate's rewritten loop: code "
+        "that subclasses or builds one must be ported",
+    ),
+    (
+        r"^name:transformers\.tokenization_utils(_base|_fast)?:\w+$",
+        "tokenizer internals of 4.x's slow/fast split, which 5.x merged: a tokenization file that imports one must be "
+        "ported (a model's load imports its modeling files, not its tokenizer)",
+    ),
+    (
+        r"^name:transformers\.(integrations|modeling_flash_attention_utils|modeling_rope_utils):\w+$",
+        "quantization, GGUF, tensor-parallel, flash-attention and RoPE-validation internals 5.x rewrote: transformers' "
+        "own loading calls them, model code does not (ROPE_INIT_FUNCTIONS['default'] is v4-rope-init-default's)",
+    ),
+    (
+        r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|integrations\.[\w.]+|utils[\w.]*):_\w+$",
+        "transformers' private loading / import machinery: remote code does not import it (a load that does says which name)",
+    ),
+    (
+        r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|utils[\w.]*|file_utils|pytorch_utils):[\w]+$",
+        "a helper 5.x removed with its home and no 4.x meaning for model code to rely on (download/URL, TF/Flax, "
+        "model-parallel and tensor-parallel internals)",
+    ),
+)
 
 # (entry ids matching the pattern, why no workaround gives it back): the non-name entries
 DECLINED: tuple[tuple[str, str], ...] = (
     (r"^config:_commit_hash$", "Hub bookkeeping transformers set while loading: model code does not read it"),
+    (
+        r"^config:_attn_implementation_autoset$",
+        "bookkeeping of 4.48-4.50's attention selection while loading: model code reads _attn_implementation",
+    ),
+    (
+        r"^module:transformers\.deepspeed$",
+        "moved to transformers.integrations.deepspeed in 4.x and removed in 5.x: a training helper, not used while "
+        "loading or running a model",
+    ),
+    (
+        r"^module:transformers\.models\.[\w.]+$",
+        "a native model transformers deprecated, then removed: remote code that imports its modeling module must "
+        "carry its own copy",
+    ),
     (
         r"^model:GenerationMixin\.",
         "generate's internals (cache preparation, prefill chunking): 5.x's generate loop never calls "
@@ -24,12 +109,18 @@ DECLINED: tuple[tuple[str, str], ...] = (
     ),
     (
         r"^model:PreTrainedModel\.(_create_repo|_fix_state_dict_\w+|_get_key_renaming_mapping|_get_no_split_modules|_load_from_flax|_load_from_tf|"
-        r"_move_missing_keys_from_meta_to_cpu|_set_default_dtype|_tie_encoder_decoder_weights|_flash_attn_[23]_can_dispatch)$",
+        r"_move_missing_keys_from_meta_to_cpu|_set_default_dtype|_tie_encoder_decoder_weights|_flash_attn_[23]_can_dispatch|"
+        r"_autoset_attn_implementation|_check_and_enable_\w+|_is_quantized_training_enabled|_load_pretrained_model_low_mem|"
+        r"_set_default_torch_dtype)$",
         "loading machinery of 4.x that 5.x replaced: 5.x never calls it, so an override is dead code, and nothing calls it from model code",
     ),
     (
         r"^model:PreTrainedModel\.(add_memory_hooks|reset_memory_hooks_state|_hook_rss_memory_\w+|to_bettertransformer|reverse_bettertransformer)$",
         "profiling and BetterTransformer helpers called by users, not by model code: a user's script gets AttributeError and the name",
+    ),
+    (
+        r"^model:PreTrainedModel\.active_adapter$",
+        "PEFT's accessor called by users (5.x: active_adapters), never during a load",
     ),
     (
         r"^model:PreTrainedModel\.(kernelize|tie_embeddings_and_encoder_decoder|prune_heads)$",
@@ -56,9 +147,21 @@ DECLINED: tuple[tuple[str, str], ...] = (
 )
 
 
+@functools.cache
+def _entries() -> dict[str, dict]:
+    return {entry["id"]: entry for entry in diff()["entries"]}
+
+
 def coverage(entry_id: str) -> tuple[str, str]:
     """``("covered", workaround)``, ``("declined", reason)`` or ``("uncovered", "")`` for a diff entry."""
     kind, _, rest = entry_id.partition(":")
+    if _entries().get(entry_id, {}).get("via") == "GenerationMixin":
+        return "declined", (
+            "a GenerationMixin method PreTrainedModel inherited until 4.50: a model class that lists only "
+            "PreTrainedModel among its bases has had no generate machinery since 4.50; it must add GenerationMixin"
+        )
+    if entry_id == "module:transformers.onnx":
+        return "covered", "v4-onnx-module"
     if kind == "config":
         if rest in V4_GENERATION_DEFAULTS:
             return "covered", "v4-config-generation-defaults"
@@ -76,13 +179,16 @@ def coverage(entry_id: str) -> tuple[str, str]:
             return "covered", "v4-torch-fx-available"
         if name in V4_AUTO_CLASSES:
             return "covered", "v4-removed-auto-classes"
-        origin = next((e.get("origin") for e in diff()["entries"] if e["id"] == entry_id), None)
+        if module == "transformers.models.llama.modeling_llama" and name in (
+            "LlamaFlashAttention2",
+            "LlamaSdpaAttention",
+        ):
+            return "covered", "v4-llama-attention-classes"
+        origin = _entries().get(entry_id, {}).get("origin")
         if provider(module, name, origin) is not None:
             return "covered", "v4-module-names"
-        reason = declined_name(entry_id)
-        if reason:
-            return "declined", reason
-        return "uncovered", ""
+        reason = next((why for pattern, why in NAMES_DECLINED if re.match(pattern, entry_id)), None)
+        return ("declined", reason) if reason else ("uncovered", "")
     reason = next((why for pattern, why in DECLINED if re.match(pattern, entry_id)), None)
     return ("declined", reason) if reason else ("uncovered", "")
 
@@ -110,4 +216,4 @@ def tally() -> dict[str, object]:
     }
 
 
-__all__ = ["DECLINED", "coverage", "tally"]
+__all__ = ["DECLINED", "NAMES_DECLINED", "coverage", "tally"]

@@ -20,32 +20,10 @@ from ._registry import Usage, workaround
 from ._source_fixes import accepting
 from .remote_code import has_remote_code
 from .v4_api import on_new_subclasses, takes_keywords
-from .v4_standins import definition_named
+from .v4_standins import definition_named, v4_default_rope_parameters
 
 # ----------------------------------------------------------------------------------------------------
 # ROPE_INIT_FUNCTIONS["default"]
-
-
-def v4_default_rope_parameters(config=None, device=None, seq_len=None, **rope_kwargs):
-    """transformers 4's ``ROPE_INIT_FUNCTIONS["default"]`` (``_compute_default_rope_parameters``): the inverse
-    frequencies of plain RoPE, ``1 / base ** (arange(0, dim, 2) / dim)`` with ``dim = head_dim *
-    partial_rotary_factor``, and an attention factor of 1.0. ``base`` is ``config.rope_theta``, or where a 5.x config
-    keeps it, ``config.rope_parameters["rope_theta"]``; 4.x's ``rope_kwargs`` (``base``, ``dim``) win when given."""
-    import torch
-
-    if rope_kwargs:
-        base, dim = rope_kwargs["base"], int(rope_kwargs["dim"])
-    else:
-        base = getattr(config, "rope_theta", None)
-        if base is None:
-            base = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
-        partial = getattr(config, "partial_rotary_factor", None)
-        if partial is None:
-            partial = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        dim = int(head_dim * partial)
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
-    return inv_freq, 1.0
 
 
 class _V4RopeFunctions(dict):

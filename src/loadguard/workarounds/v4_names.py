@@ -9,10 +9,14 @@ For a name the running transformers lacks, in the module 4.57 had it in, the wor
 2. the same object from where 4.57's lived, where that still exists (``Optional`` re-exported by a model module,
    ``BaseModelOutputWithPast``, ``ACT2FN``, ``logger``'s kind ...), or 4.57's value for a constant;
 3. by pattern: ``<X>FlashAttention2`` / ``<X>SdpaAttention`` -> the module's ``<X>Attention`` (which picks its kernel
-   from ``config._attn_implementation``), ``*_ATTENTION_CLASSES`` -> every kernel mapped to that class.
+   from ``config._attn_implementation``), ``*_ATTENTION_CLASSES`` -> every kernel mapped to that class, and at the top
+   level a vision ``<X>FeatureExtractor`` -> ``<X>ImageProcessor``.
 
-What none of these can give back is declined with the reason in :data:`DECLINED` (``tests/workarounds/test_api_diff.py``
-requires every entry of the diff served or declined). Names other workarounds own are left to them.
+The diff holds 4.57's names and those of 4.x releases before it that 5.x lacks too (``"last_in"``: code written for
+4.36 imports ``_expand_mask`` or ``LlamaFlashAttention2``, which 4.57 had already dropped).
+
+What none of these can give back is declined with the reason in :data:`loadguard.workarounds.api_coverage.NAMES_DECLINED`
+(``tests/workarounds/test_api_diff.py`` requires every entry of the diff served or declined). Names other workarounds own are left to them.
 """
 
 from __future__ import annotations
@@ -39,36 +43,11 @@ OWNED_ELSEWHERE = {
     "is_torch_fx_available",
     "AutoModelForVision2Seq",
     "AutoModelWithLMHead",
-}  # v4-torch-fx-available, v4-removed-auto-classes
+    "LlamaFlashAttention2",
+    "LlamaSdpaAttention",
+}  # v4-torch-fx-available, v4-removed-auto-classes, v4-llama-attention-classes
 _ATTENTION_VARIANT = re.compile(
     r"^(?P<prefix>[A-Z]\w*?)(FlashAttention2|SdpaAttention|FlashAttention|SdpaSelfAttention)$"
-)
-
-# (names matching the pattern, why no stand-in is given): the diff's entries no workaround serves
-DECLINED: tuple[tuple[str, str], ...] = (
-    (
-        r"^name:transformers\.models\.auto\.modeling_auto:_\w+$",
-        "the auto classes' private lazy stand-ins: the public names are v4-removed-auto-classes'",
-    ),
-    (
-        r"^name:transformers\.models\.[\w.]+:[A-Z]\w*$",
-        "a layer class of a native model that 5.x restructured or removed: no stand-in can "
-        "give 4.x's behaviour; remote code subclassing it must be ported",
-    ),
-    (
-        r"^name:transformers\.models\.[\w.]+:_?[a-z]\w*$",
-        "a helper function of a native model that 5.x removed with no public home: "
-        "remote code that imports it must carry its own copy",
-    ),
-    (
-        r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|integrations\.[\w.]+|utils[\w.]*):_\w+$",
-        "transformers' private loading / import machinery: remote code does not import it (a load that does says which name)",
-    ),
-    (
-        r"^name:transformers\.(modeling_utils|configuration_utils|generation\.utils|utils[\w.]*|pytorch_utils):[\w]+$",
-        "a helper 5.x removed with its home and no 4.x meaning for model code to rely on (download/URL, TF/Flax, "
-        "model-parallel and tensor-parallel internals)",
-    ),
 )
 
 
@@ -138,6 +117,9 @@ def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | 
         return lambda: value
     if origin is not None and _resolves(origin):
         return lambda: _resolve(origin)
+    renamed = _top_level_rename(module, name)
+    if renamed is not None:
+        return lambda: getattr(importlib.import_module("transformers"), renamed)
     variant = _ATTENTION_VARIANT.match(name)
     if variant is not None:
         target = f"{variant['prefix']}Attention"
@@ -155,6 +137,24 @@ def provider(module: str, name: str, origin: str | None) -> Callable[[], Any] | 
     if name == "logger":
         return lambda: importlib.import_module("transformers.utils.logging").get_logger(module)
     return _availability(name)
+
+
+def _top_level_rename(module: str, name: str) -> str | None:
+    """What transformers 5 calls a top-level class 4.x had under a name 5.x dropped: a vision ``<X>FeatureExtractor``
+    (4.x's deprecated subclass of ``<X>ImageProcessor``, adding nothing) is ``<X>ImageProcessor`` (None: not one, or
+    5.x has no such class). 5.x itself still resolves ``<X>TokenizerFast`` and ``<X>ImageProcessorFast``."""
+    if module != "transformers" or not name.endswith("FeatureExtractor"):
+        return None
+    target = name[: -len("FeatureExtractor")] + "ImageProcessor"
+    return target if target in _top_level_names() else None
+
+
+@functools.cache
+def _top_level_names() -> frozenset[str]:
+    try:
+        return frozenset(dir(importlib.import_module("transformers")))
+    except Exception:
+        return frozenset()
 
 
 def _resolve(origin: str):
@@ -179,11 +179,6 @@ def _names(module: str) -> list[str]:
         return list(vars(importlib.import_module(module)))
     except Exception:
         return []
-
-
-def declined(entry_id: str) -> str | None:
-    """Why the diff entry ``entry_id`` has no stand-in (None: it has one, or it is not a name entry)."""
-    return next((reason for pattern, reason in DECLINED if re.match(pattern, entry_id)), None)
 
 
 class _Patcher:
@@ -266,6 +261,9 @@ def fallback(module: str, name: str, origin: str | None) -> str | None:
         if not rest:
             return f"from {home} import {first} as {name}"
         return f"from {home} import {first}\n\n{name} = {qualname}"
+    renamed = _top_level_rename(module, name)
+    if renamed is not None:
+        return f"from transformers import {renamed} as {name}"
     variant = _ATTENTION_VARIANT.match(name)
     if variant is not None and f"{variant['prefix']}Attention" in _names(module):
         return f"from {module} import {variant['prefix']}Attention as {name}"
@@ -362,4 +360,4 @@ def module_names(path, config: dict) -> Iterator[Usage]:
         )
 
 
-__all__ = ["DECLINED", "OWN", "declined", "diff", "module_names", "provider", "removed"]
+__all__ = ["OWN", "diff", "module_names", "provider", "removed"]

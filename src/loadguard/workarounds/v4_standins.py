@@ -87,12 +87,36 @@ def _bloom_expand_mask(mask, tgt_length):
     )
 
 
-# helpers native model modules had before 4.57 (so the 4.57 diff cannot list them), still imported by remote code
+def v4_default_rope_parameters(config=None, device=None, seq_len=None, **rope_kwargs):
+    """transformers 4's ``ROPE_INIT_FUNCTIONS["default"]`` (``_compute_default_rope_parameters``): the inverse
+    frequencies of plain RoPE, ``1 / base ** (arange(0, dim, 2) / dim)`` with ``dim = head_dim *
+    partial_rotary_factor``, and an attention factor of 1.0. ``base`` is ``config.rope_theta``, or where a 5.x config
+    keeps it, ``config.rope_parameters["rope_theta"]``; 4.x's ``rope_kwargs`` (``base``, ``dim``) win when given."""
+    import torch
+
+    if rope_kwargs:
+        base, dim = rope_kwargs["base"], int(rope_kwargs["dim"])
+    else:
+        base = getattr(config, "rope_theta", None)
+        if base is None:
+            base = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        partial = getattr(config, "partial_rotary_factor", None)
+        if partial is None:
+            partial = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * partial)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
+    return inv_freq, 1.0
+
+
+# helpers native model modules had before 4.57 (the diff lists them from the older releases), still imported by remote
+# code: given in every native model module
 OLDER = {"_make_causal_mask": _make_causal_mask, "_expand_mask": _expand_mask}
 OLDER_BLOOM = {"_make_causal_mask": _bloom_make_causal_mask, "_expand_mask": _bloom_expand_mask}
 OWN: dict[str, Callable[[], Any]] = {
     "find_pruneable_heads_and_indices": lambda: find_pruneable_heads_and_indices,
     "prune_linear_layer": lambda: prune_linear_layer,
+    "_compute_default_rope_parameters": lambda: v4_default_rope_parameters,
 }
 
 
@@ -103,4 +127,12 @@ def definition_named(function: Callable, name: str) -> str:
     return re.sub(rf"^def {re.escape(function.__name__)}\(", f"def {name}(", text, count=1, flags=re.M)
 
 
-__all__ = ["OLDER", "OLDER_BLOOM", "OWN", "definition_named", "find_pruneable_heads_and_indices", "prune_linear_layer"]
+__all__ = [
+    "OLDER",
+    "OLDER_BLOOM",
+    "OWN",
+    "definition_named",
+    "find_pruneable_heads_and_indices",
+    "prune_linear_layer",
+    "v4_default_rope_parameters",
+]
