@@ -11,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from loadguard._infra.text import cell
 from loadguard.formats import Row
 from loadguard.formats import render_rows as render
 from loadguard.report import Finding
@@ -82,7 +83,7 @@ def test_github_annotations_and_the_step_summary(capsys, zoo_folder, tmp_path, m
     assert len(lines) == 4 and all(line.startswith("::error file=model/modeling_lgtoy.py,line=") for line in lines)
     assert "title=loadguard%3A positions.index uninitialized::" in out
     assert (
-        "| " + folder + " | 4 wrong | " in summary.read_text()
+        "| " + cell(folder) + " | 4 wrong | " in summary.read_text()
         and "`positions.index` (uninitialized) at `modeling_lgtoy.py:36`" in summary.read_text()
     )
 

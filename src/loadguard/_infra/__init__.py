@@ -20,7 +20,7 @@ __getattr__, __dir__, __all__ = lazy_face(
         "paths": ("inside", "leaving", "named", "remove_tree", "unreadable_because", "write_atomically"),
         "procs": ("Terminated", "signals_raise"),
         "sizes": ("parse_size",),
-        "text": ("Markup", "cell", "plural", "styled", "unlinked", "visible", "xml"),
+        "text": ("Markup", "cell", "code", "fence", "inert", "plural", "styled", "unlinked", "visible", "xml"),
     },
     modules=("envs", "forks", "observers", "procs", "settings"),
 )

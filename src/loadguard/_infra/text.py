@@ -3,12 +3,15 @@ it goes into: never a control character that a terminal, an XML parser or a Mark
 
 - :func:`visible`: every control character (C0, DEL, C1) shown escaped, as Python writes it (``\\x1b``, ``\\n``, ``\\r``);
 - :func:`xml`: :func:`visible` (XML 1.0 forbids most C0 characters outright; the others are shown the same way);
-- :func:`cell`: one Markdown table cell: :func:`visible`, then ``|`` and HTML (``<``, ``>``, ``&``) escaped, so a row
-  stays a row and no tag reaches a rendered page.
+- :func:`inert`, :func:`code`, :func:`fence`: Markdown (CommonMark, as GitHub and the Hub render it) that shows the text
+  and nothing else: prose with its markup characters escaped and its links and ``@mentions`` in code spans, a code span
+  or a fenced block longer than any backtick run inside; :func:`cell` is :func:`inert` in a table cell (``|`` escaped),
+  so a row stays a row.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from rich.markup import escape
@@ -48,9 +51,52 @@ def xml(text: object) -> str:
     return visible(text)
 
 
+# what GitHub and the Hub turn into a link or a notification even in plain text (GFM's extended autolinks, mentions)
+_LIVE = re.compile(r"(?:[a-zA-Z][a-zA-Z0-9+.-]*://|www\.)[^\s<>]+|(?<!\w)@[\w-]+|[^\s<>@]+@[^\s<>]+\.\w+")
+# characters that open Markdown (emphasis, code, links and images, tables, strikethrough, math): backslash-escaped;
+# HTML and entities (<, >, &) are written as entities
+_MARKUP = re.compile(r"([\\`*\[\]!|~#$]|(?<![^\W_])_|_(?![^\W_]))")  # "_" inside a word opens nothing
+
+
+def code(text: object, table: bool = False) -> str:
+    """``text`` as one inline code span: one line (:func:`visible`), opened and closed by a run of backticks longer than
+    any inside it, so nothing in it renders (``table``: in a table cell, whose ``|`` must be escaped even there)."""
+    shown = visible(text) or " "
+    longest = max((len(run) for run in re.findall(r"`+", shown)), default=0)
+    ticks = "`" * (longest + 1)
+    # CommonMark drops one space at each end of a span that starts and ends with one (not of one all spaces)
+    pad = " " if "`" in (shown[0], shown[-1]) or (shown[0] == shown[-1] == " " and shown.strip(" ")) else ""
+    return f"{ticks}{pad}{shown.replace('|', chr(92) + '|') if table else shown}{pad}{ticks}"
+
+
+def fence(text: str, info: str = "") -> str:
+    """``text`` (lines of code, a diff) as a fenced block a line of its own cannot close: the fence is longer than
+    any backtick run in it; control characters but tabs are shown escaped."""
+    shown = "\n".join(visible(line, keep="\t") for line in text.split("\n"))
+    longest = max((len(run) for run in re.findall(r"`+", shown)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{info}\n{shown}\n{ticks}"
+
+
+def inert(text: object, table: bool = False) -> str:
+    """Prose that holds what a model controls, as Markdown that renders as that text and nothing else: one line, every
+    character that opens markup backslash-escaped, links, addresses and ``@mentions`` in code spans (GitHub links and
+    notifies them in plain text). ``table``: one table cell."""
+    shown, out, last = visible(text), [], 0
+    for live in _LIVE.finditer(shown):
+        out += [_escaped(shown[last : live.start()]), code(live.group(), table)]
+        last = live.end()
+    out.append(_escaped(shown[last:]))
+    return "".join(out)
+
+
+def _escaped(text: str) -> str:
+    return _MARKUP.sub(r"\\\1", text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
 def cell(text: object) -> str:
-    """One Markdown table cell: one line, no ``|`` that ends it, no HTML that renders."""
-    return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    """One Markdown table cell: one line, no ``|`` that ends it, nothing that renders as markup (:func:`inert`)."""
+    return inert(text, table=True)
 
 
 class Markup(str):
@@ -83,4 +129,4 @@ def unlinked(text):
     return text
 
 
-__all__ = ["Markup", "cell", "styled", "unlinked", "visible", "xml"]
+__all__ = ["Markup", "cell", "code", "fence", "inert", "styled", "unlinked", "visible", "xml"]

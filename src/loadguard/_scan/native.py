@@ -15,7 +15,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
-from .._infra import cell
+from .._infra import cell, code
 from ..errors import LoadguardError
 from ..executors import resolve
 from ..report import failing
@@ -233,7 +233,8 @@ def markdown(rows: list[dict]) -> str:
         for finding in failing(row["findings"]):
             detail = finding["detail"].replace("predicted: ", "")
             lines.append(
-                f"| {cell(row['model'])} | `{cell(finding['tensor'])}` | {cell(finding['status'])} | {cell(detail)} |"
+                f"| {cell(row['model'])} | {code(finding['tensor'], table=True)} | {cell(finding['status'])} | "
+                f"{cell(detail)} |"
             )
     if len(lines) == 2:
         lines.append("| (none) | | | every class predicted clean |")

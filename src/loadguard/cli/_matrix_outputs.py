@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .._infra import cell, styled
+from .._infra import cell, code, styled
 from ..report import CellStatus
 
 
@@ -37,7 +37,11 @@ def matrix_markdown(matrix) -> str:
         )
         for m, name, row in matrix.workaround_rows():
             if m == model:
-                lines.append(f"| ↳ workaround `{name}` | " + " | ".join(row[v] for v in matrix.versions) + " |")
+                lines.append(
+                    f"| ↳ workaround {code(name, table=True)} | "
+                    + " | ".join(cell(row[v]) for v in matrix.versions)
+                    + " |"
+                )
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .._infra import cell, visible
+from .._infra import cell, code, visible
 from ._rows import Row
 
 
@@ -34,7 +34,8 @@ def summary(rows: list[Row], command: str) -> str:
     lines = [f"### loadguard {command}", "", "| model | verdict | what is wrong |", "|---|---|---|"]
     for row in rows:
         if not row.checked:
-            verdict, what = "could not check", f"{row.error}" + (f" (Hint: {row.hint})" if row.hint else "")
+            verdict = "could not check"
+            what = cell(f"{row.error}" + (f" (Hint: {row.hint})" if row.hint else ""))
         else:
             verdict = (
                 "clean"
@@ -43,11 +44,13 @@ def summary(rows: list[Row], command: str) -> str:
                 if row.run_failure
                 else f"{len(row.failures)} wrong"
             )
-            what = (f"{row.run_failure.message.splitlines()[0]}; " if row.run_failure else "") + ", ".join(
-                f"`{f.tensor}` ({f.status})" + (f" at `{f.location}`" if f.location else "") for f in row.failures[:8]
+            what = (cell(f"{row.run_failure.message.splitlines()[0]}; ") if row.run_failure else "") + ", ".join(
+                f"{code(f.tensor, table=True)} ({cell(f.status)})"
+                + (f" at {code(f.location, table=True)}" if f.location else "")
+                for f in row.failures[:8]
             )
             what += f" and {len(row.failures) - 8} more" if len(row.failures) > 8 else ""
-        lines.append(f"| {cell(row.model)} | {cell(verdict)} | {cell(what)} |")
+        lines.append(f"| {cell(row.model)} | {cell(verdict)} | {what} |")
     return "\n".join(lines) + "\n"
 
 
