@@ -257,3 +257,77 @@ def test_a_link_leaving_the_model_folder_is_never_followed_into_the_fixed_copy(z
     )
     assert code == 2 and "notes.txt" in err and "link leaving the model's folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linked", "secret.txt"]  # no output, no staging folder left
+
+
+TAMPER = """
+
+_plain_init = LgToyForCausalLM.__init__
+
+
+def _tampering_init(self, config, *args, **kwargs):
+    _plain_init(self, config, *args, **kwargs)
+    import os
+
+    where = os.path.realpath(getattr(config, "_name_or_path", "") or ".")
+    if ".loadguard-fix-" in where:  # only the copy being proven
+        with open(os.path.join(where, "planted.txt"), "w") as handle:
+            handle.write("published with the fix, were it not checked")
+
+
+LgToyForCausalLM.__init__ = _tampering_init
+"""
+
+
+@v5_only
+def test_a_copy_the_model_code_wrote_into_while_proven_is_not_published(zoo_folder, compat, tmp_path):
+    """Issue 45, class 1: the staged copy is hashed before the proofs run the model's code, and compared before it is
+    renamed into place: a file planted there is a failed row naming it, and nothing is written."""
+    import shutil
+
+    folder = tmp_path / "tampering"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    with open(folder / "modeling_lgtoy.py", "a") as handle:
+        handle.write(TAMPER)
+    before = digest(folder)
+    out = tmp_path / "fixed"
+    result = loadguard.fix(folder, out, trust_remote_code=True, compat_version="4.57.6")
+    assert result.status == "not_fixed" and result.out is None and not out.exists()
+    assert result.proofs[0].ok is True  # the patch itself is right: only the tampering stops it
+    untouched = result.proofs[-1]
+    assert untouched.name == "copy_untouched" and untouched.ok is False
+    assert "planted.txt added" in untouched.detail and "not published" in untouched.detail
+    assert digest(folder) == before and not [p for p in tmp_path.iterdir() if ".loadguard-fix-" in p.name]
+
+
+FORGE = """
+
+import transformers as _transformers
+
+if _transformers.__version__.startswith("4."):
+
+    def _forging_init(self, config, *args, **kwargs):
+        import json
+        import os
+
+        forged = {"transformers": "4.57.6", "tensors": 40, "differ": [], "differ_count": 0, "forward": "equal"}
+        print(json.dumps(forged), flush=True)
+        os._exit(0)
+
+    LgToyForCausalLM.__init__ = _forging_init
+"""
+
+
+@v5_only
+def test_a_result_the_model_code_prints_is_not_a_proof(zoo_folder, compat, tmp_path):
+    """Issue 45, class 1: under 4.x the model's code prints a result-shaped line and exits 0 before proof (b) compared
+    anything: the result channel is not stdout and must carry the run's nonce, so nothing is written."""
+    import shutil
+
+    folder = tmp_path / "forging"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    with open(folder / "modeling_lgtoy.py", "a") as handle:
+        handle.write(FORGE)
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, compat_version="4.57.6")
+    assert result.status == "not_fixed" and not (tmp_path / "fixed").exists()
+    (compat_proof,) = [p for p in result.proofs if p.name == "unchanged_before_v5"]
+    assert compat_proof.ok is False and "ended without writing loadguard's result" in compat_proof.detail

@@ -4,7 +4,10 @@ Built in a hidden folder beside the output and renamed into place only once prov
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import shlex
 import shutil
 import uuid
@@ -14,7 +17,7 @@ from typing import Any
 from huggingface_hub import snapshot_download
 
 from .._files import HUB_ID, failure, hub_offline
-from .._infra import cell, leaving, plural, remove_tree
+from .._infra import cell, code, fence, inert, leaving, plural, remove_tree
 from ..errors import InvalidOptionError, ModelNotFoundError
 from ..report import FixStatus
 
@@ -88,9 +91,38 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -
             shutil.copyfile(entry, destination)
 
 
+_STAGING = re.compile(r"^\..+\.loadguard-fix-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def remove_stale(parent: Path) -> list[str]:
+    """Staging folders in ``parent`` that a run killed before it could clean up (``SIGKILL``, a second ``SIGTERM``)
+    left behind: those whose process is gone are removed; their names."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            match = _STAGING.match(entry.name)
+            if match and int(match["pid"]) != os.getpid() and _dead(int(match["pid"])) and not entry.is_symlink():
+                with contextlib.suppress(OSError):  # one that cannot be removed does not stop this run
+                    remove_tree(parent, entry, "a staging folder a killed run left")
+                    removed.append(entry.name)
+    return removed
+
+
 def stage(folder: Path, out: Path, patched: dict[str, str], diff: str) -> Path:
-    """The patched copy in a hidden folder beside ``out`` (``out`` itself is written only by :func:`publish`)."""
+    """The patched copy in a hidden folder beside ``out`` (``out`` itself is written only by :func:`publish`); the
+    staging folders of dead runs there are removed first."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(out.parent)
     staging = out.parent / f".{out.name}.loadguard-fix-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         _copy_tree(folder, staging, patched, folder)
@@ -99,6 +131,34 @@ def stage(folder: Path, out: Path, patched: dict[str, str], diff: str) -> Path:
         remove_tree(staging.parent, staging, "the fix being staged")  # a copy refused halfway leaves nothing
         raise
     return staging
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """What each entry of a staged copy is, to see whether anything changed it: a file's SHA-256, a link's target, a
+    weight file's inode, size and modification time (linked, never read: it may be 15 GB), a folder as a folder."""
+    out: dict[str, str] = {}
+    for root, folders, files in os.walk(folder):  # links to folders are entries, not followed
+        for name in folders + files:
+            path = Path(root, name)
+            relative, info = path.relative_to(folder).as_posix(), path.lstat()
+            if path.is_symlink():
+                out[relative] = f"link to {os.readlink(path)}"
+            elif path.is_dir():
+                out[relative] = "folder"
+            elif name.endswith(WEIGHTS):
+                out[relative] = f"weights {info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+            else:
+                out[relative] = "sha256 " + hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def tampered(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What changed between two :func:`digest` s of one folder: ``"x.py changed"``, ``"y added"``, ``"z removed"``."""
+    return [
+        f"{name} {'added' if name not in before else 'removed' if name not in after else 'changed'}"
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name)
+    ]
 
 
 def publish(staging: Path, out: Path, result: Any) -> None:
@@ -137,19 +197,20 @@ def notes(result: Any) -> str:
     ]
     for finding in result.findings:  # names the model controls: one row each, no markup of theirs
         lines.append(
-            f"| `{cell(finding.tensor)}` | {cell(finding.status)} | {f'`{cell(finding.location)}`' if finding.location else '-'} |"
+            f"| {code(finding.tensor, table=True)} | {cell(finding.status)} | "
+            f"{code(finding.location, table=True) if finding.location else '-'} |"
         )
     if result.workarounds:
         lines += [
             "",
             "The code also needed these adjustments to load on transformers 5: "
-            + ", ".join(f"`{w}`" for w in result.workarounds)
+            + ", ".join(code(w) for w in result.workarounds)
             + ".",
         ]
     lines += ["", "## What this change does", ""]
     for change in result.changes:
         lines.append(
-            f"- `{change.file}`: {change.description}"
+            f"- {code(change.file)}: {inert(change.description)}"
             + (f" ({plural(len(change.tensors), 'tensor')})" if change.tensors else "")
         )
     lines += [
@@ -161,8 +222,8 @@ def notes(result: Any) -> str:
     if result.refused:
         lines += ["", "## Left for a person", ""]
         for refusal in result.refused:
-            where = f" (`{refusal.location}`)" if refusal.location else ""
-            lines.append(f"- {f'`{refusal.tensor}`: ' if refusal.tensor else ''}{refusal.reason}{where}")
+            where = f" ({code(refusal.location)})" if refusal.location else ""
+            lines.append(f"- {code(refusal.tensor) + ': ' if refusal.tensor else ''}{inert(refusal.reason)}{where}")
     if result.upstream:
         lines += [
             "",
@@ -171,24 +232,22 @@ def notes(result: Any) -> str:
             "Tensors made by transformers' own classes need the change there (not applied, not proven "
             "by a load: it changes transformers):",
             "",
-            "```diff",
-            result.upstream.rstrip("\n"),
-            "```",
+            fence(result.upstream.rstrip("\n"), "diff"),
         ]
     lines += ["", "## Evidence", ""]
     if not result.proofs:
         lines.append("- not proven: written with `--no-verify`")
     for proof in result.proofs:
         verdict = {True: "passed", False: "FAILED", None: "not run"}[proof.ok]
-        lines.append(f"- transformers {proof.transformers}, {proof.name.replace('_', ' ')}: {verdict}. {proof.detail}")
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
+        lines.append(
+            f"- transformers {inert(proof.transformers)}, {proof.name.replace('_', ' ')}: {verdict}. {inert(proof.detail)}"
+        )
+    versions = ", ".join(f"{inert(k)} {inert(v)}" for k, v in sorted(result.versions.items()))
     lines += [
         "",
         f"Found with {versions}." if versions else "",
         "",
-        "```diff",
-        result.diff.rstrip("\n"),
-        "```",
+        fence(result.diff.rstrip("\n"), "diff"),
         "",
         *_reproduce(result),
     ]
@@ -208,8 +267,8 @@ def _reproduce(result: Any) -> list[str]:
     after = f"{verb} <this folder> --trust-remote-code"
     changed = sorted({change.file for change in result.changes})
     lines = [
-        f"_Written by `loadguard fix`{' without weights' if result.weightless else ''}; reproduce with `{before}` "
-        f"(before) and `{after}` (after)._",
+        f"_Written by `loadguard fix`{' without weights' if result.weightless else ''}; reproduce with {code(before)} "
+        f"(before) and {code(after)} (after)._",
         "",
     ]
     if changed:
@@ -217,13 +276,25 @@ def _reproduce(result: Any) -> list[str]:
         lines += [
             "To propose it on the Hugging Face Hub (a pull request with the changed code files only), from this folder:",
             "",
-            "```bash",
-            f"hf upload {_repo(result.model)} . . {includes} --create-pr "
-            '--commit-message "Load correctly on transformers 5" --commit-description "$(cat LOADGUARD_FIX.md)"',
-            "```",
+            fence(
+                f"hf upload {_repo(result.model)} . . {includes} --create-pr "
+                '--commit-message "Load correctly on transformers 5" --commit-description "$(cat LOADGUARD_FIX.md)"',
+                "bash",
+            ),
             "",
         ]
     return lines
 
 
-__all__ = ["DIFF", "NOTES", "WEIGHTS", "model_folder", "notes", "publish", "stage"]
+__all__ = [
+    "DIFF",
+    "NOTES",
+    "WEIGHTS",
+    "digest",
+    "model_folder",
+    "notes",
+    "publish",
+    "remove_stale",
+    "stage",
+    "tampered",
+]

@@ -7,7 +7,9 @@ edits. The patched copy is then proven before it is called fixed:
 (a) it loads under the running transformers with leftover memory poisoned and **no workaround**, and audits clean
     (``partly``: every tensor the change answers is right, and nothing else broke);
 (b) under the oldest supported transformers 4 (the matrix's environment) it loads to the very same tensors and first
-    forward pass as the original (the fix changes nothing where the model was already right).
+    forward pass as the original (the fix changes nothing where the model was already right);
+and the copy the proofs ran is byte for byte the copy that was staged (the model's code ran in them: a file it wrote,
+planted or removed there is a failed ``copy_untouched`` row, and nothing is published).
 
 A patch that fails (a) or (b) is not written. The original folder is never written.
 
@@ -36,7 +38,7 @@ from .._infra import remove_tree
 from .._scan import scan_with_model
 from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
 from ..report import Finding, FixStatus, WorkaroundStatus
-from .files import holds_weights, publish, stage
+from .files import digest, holds_weights, publish, stage, tampered
 from .plan import Change, Refusal, plan_fix
 from .proofs import Proof, before_v5_on_first, loads_right, written_for
 from .upstream import upstream_patch
@@ -176,6 +178,7 @@ def fix(
             weightless,
         )
     staging = stage(folder, target, plan.files, diff)
+    staged = digest(staging)  # the proofs run the model's code: what it writes into the copy is never published
     try:
         proofs: tuple[Proof, ...] = ()
         if verify:
@@ -186,6 +189,17 @@ def fix(
             versions = (compat_version,) if compat_version else written_for(folder)
             proofs += (before_v5_on_first(versions, folder, staging, needed, class_name, weightless),)
             seconds["prove_compat"] = time.perf_counter() - start
+            changed = tampered(staged, digest(staging))
+            if changed:
+                proofs += (
+                    Proof(
+                        "copy_untouched",
+                        str(report.versions.get("transformers", "")),
+                        False,
+                        f"the model's code changed the patched copy while it was proven ({', '.join(changed[:8])}"
+                        f"{f' and {len(changed) - 8} more' if len(changed) > 8 else ''}): not published",
+                    ),
+                )
         status = _status(verify, proofs, plan.refused)
         result = FixResult(
             base[0],
@@ -205,6 +219,21 @@ def fix(
     finally:
         if staging.exists():
             remove_tree(staging.parent, staging, "the fix being proven")
+        _forget_modules(staging.name)
+
+
+def _forget_modules(staging: str) -> None:
+    """The copy of the staged code transformers kept in its modules cache (``transformers_modules/_dot_<out>..._fix_
+    <pid>_<rand>``, one per run): removed with the staged copy (proof (b)'s copies are removed on its side)."""
+    from transformers.utils import HF_MODULES_CACHE
+
+    modules = Path(HF_MODULES_CACHE, "transformers_modules")
+    tail = staging.rsplit(".loadguard-fix-", 1)[-1].replace("-", "_hyphen_")
+    for entry in modules.glob(f"*loadguard_hyphen_fix_hyphen_{tail}") if tail else ():
+        try:
+            remove_tree(modules, entry, "the fixed copy's modules cache")
+        except OSError:
+            pass
 
 
 def _status(verify: bool, proofs: tuple[Proof, ...], refused: list[Refusal]) -> str:
@@ -237,8 +266,9 @@ def _check_paths(folder: Path, target: Path) -> None:
 def _diff(original: dict[str, str], patched: dict[str, str]) -> str:
     parts = []
     for name in sorted(patched):
+        end = "\t" if any(c.isspace() for c in name) else ""  # patch and git apply read a name up to a tab
         parts += difflib.unified_diff(
-            original[name].splitlines(True), patched[name].splitlines(True), f"a/{name}", f"b/{name}"
+            original[name].splitlines(True), patched[name].splitlines(True), f"a/{name}{end}", f"b/{name}{end}"
         )
     return "".join(parts)
 

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ COMPAT_VERSION = "4.57.6"
 class Proof:
     """One proof of a patched copy: ``ok`` None when it was not run (``detail`` says why)."""
 
-    name: str  # loads_right | unchanged_before_v5
+    name: str  # loads_right | unchanged_before_v5 | copy_untouched
     transformers: str
     ok: bool | None
     detail: str
@@ -79,6 +80,44 @@ def _run_json(command: list[str], env: dict | None = None, timeout: float = 900)
                 continue
     last = [line for line in errors.splitlines() if line.strip()]
     return {"error": last[-1] if last else f"exit {result.returncode}, nothing printed"}
+
+
+RESULT_KEYS = ("transformers", "tensors", "differ", "differ_count", "forward")
+
+
+def _run_prove(command: list[str], env: dict, timeout: float = 900) -> dict:
+    """What the 4.x side (:mod:`loadguard._fix.prove`) found, through a channel of its own, never the stdout the model's
+    code prints to: a file the child inherits as a descriptor, where it writes its result with the per-run nonce it read
+    on stdin before any model code ran. A process that exits non-zero, or ends without that result (the model's code
+    called ``os._exit``), proves nothing."""
+    nonce = secrets.token_hex(16)
+    with tempfile.TemporaryFile("w+b") as channel, tempfile.TemporaryFile("w+") as output:
+        result = subprocess.run(
+            command,
+            input=nonce + "\n",
+            stdout=output,
+            stderr=output,
+            text=True,
+            timeout=timeout,
+            env={**env, "LOADGUARD_RESULT_FD": str(channel.fileno())},
+            pass_fds=(channel.fileno(),),
+            **procs.subprocess_options(),
+        )  # a proof never outlives the run that started it
+        channel.seek(0)
+        written = channel.read()
+        output.seek(0)
+        last = [line for line in output.read().splitlines() if line.strip()]
+    said = f": {last[-1][:300]}" if last else ""
+    if result.returncode != 0:
+        return {"error": f"its process exited with status {result.returncode}{said}"}
+    try:
+        envelope = json.loads(written)
+    except ValueError:
+        envelope = None
+    document = envelope.get("result") if isinstance(envelope, dict) and envelope.get("nonce") == nonce else None
+    if not isinstance(document, dict) or not ("error" in document or all(key in document for key in RESULT_KEYS)):
+        return {"error": f"its process ended without writing loadguard's result (the model's code exited it?){said}"}
+    return document
 
 
 def _audit_patched(arguments: tuple[str, str | None, bool]) -> dict:
@@ -261,7 +300,7 @@ def _unchanged_before_v5(
         class_name or "",
         "weightless" if weightless else "loaded",
     ]
-    document = _run_json(command, env)
+    document = _run_prove(command, env)
     if "error" in document:
         return proof(version, False, f"could not be compared: {document['error']}")
     if document["differ_count"]:

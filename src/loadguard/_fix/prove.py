@@ -3,7 +3,8 @@
 
 Loads both folders with a plain ``from_pretrained`` (``trust_remote_code=True``, the same seed before each), then
 compares every parameter, buffer and plain tensor attribute, bit for bit, and the first forward pass on a fixed batch
-of token ids where the model takes ``input_ids``. Prints one JSON object. The comparison uses torch and transformers
+of token ids where the model takes ``input_ids``. Writes one JSON object to the descriptor ``LOADGUARD_RESULT_FD``
+names, with the nonce read on stdin (never to stdout, where the model's code prints; run by hand: printed). The comparison uses torch and transformers
 only, nothing of loadguard's audit; the *original* alone is loaded inside the named workarounds its load needed (code
 written against an older torch fails to import even on transformers 4): the patched copy gets none.
 
@@ -202,7 +203,39 @@ def compare(
     }
 
 
+def _forget_modules(*names: str) -> None:
+    """What transformers copied of both folders into its modules cache (``transformers_modules/lg_*_<tag>``): removed,
+    so runs leave nothing behind in the environment."""
+    import os
+    import shutil
+
+    try:
+        from transformers.utils import HF_MODULES_CACHE
+    except ImportError:  # an old 4.x without the name: the variable the parent set
+        HF_MODULES_CACHE = os.environ.get("HF_MODULES_CACHE", "")
+    for name in names if HF_MODULES_CACHE else ():
+        shutil.rmtree(Path(HF_MODULES_CACHE, "transformers_modules", name), ignore_errors=True)
+
+
+def _channel() -> tuple[str, int] | None:
+    """Where the result goes, taken before any model code runs: the descriptor the parent passed and the nonce it wrote
+    on stdin (stdin then reads nothing; the descriptor is not inherited by what the model's code starts). None: run by
+    hand, the result is printed."""
+    import os
+
+    number = os.environ.pop("LOADGUARD_RESULT_FD", None)
+    if number is None:
+        return None
+    nonce = sys.stdin.readline().strip()
+    empty = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(empty, 0)
+    os.close(empty)
+    os.set_inheritable(int(number), False)
+    return nonce, int(number)
+
+
 def main() -> None:
+    channel = _channel()
     original, patched = sys.argv[1], sys.argv[2]
     workarounds = [w for w in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if w]
     class_name = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
@@ -216,10 +249,18 @@ def main() -> None:
             original_link, patched_link = Path(names, f"lg_original_{tag}"), Path(names, f"lg_patched_{tag}")
             original_link.symlink_to(Path(original).resolve(), target_is_directory=True)
             patched_link.symlink_to(Path(patched).resolve(), target_is_directory=True)
-            result = compare(str(original_link), str(patched_link), workarounds, class_name, weightless)
+            try:
+                result = compare(str(original_link), str(patched_link), workarounds, class_name, weightless)
+            finally:
+                _forget_modules(original_link.name, patched_link.name)
     except Exception as error:
         result = {"error": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:500]}
-    print(json.dumps(result), flush=True)
+    if channel is None:
+        print(json.dumps(result), flush=True)
+        return
+    nonce, number = channel
+    with open(number, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"nonce": nonce, "result": result}))
 
 
 if __name__ == "__main__":
