@@ -178,6 +178,13 @@ class ScanError(LoadguardError):
     transformers lacks what the scan relies on)."""
 
 
+class ModelCodeExitedError(LoadguardError):
+    """The model's code asked to end loadguard's process (``os._exit``, ``sys.exit``) while it loaded: refused, and
+    reported as a run that could not check anything, never as a success."""
+
+    hint = "the model's code ends the process that loads it: read it (a guard meant for a script run as __main__?)"
+
+
 class ModelRunError(LoadguardError):
     """The model's own code raises on the same inputs in the reference too (built eagerly, every tensor as its code
     and checkpoint define it): the failure is not the load's, so loadguard cannot attribute it."""

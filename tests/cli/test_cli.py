@@ -338,6 +338,9 @@ def test_trace_command(run, zoo_folder):
         and document["module"] == "resampler.attn"
         and document["non_finite_tensors"] == ["resampler.pos_embed"]
     )
+    code, out, _ = run("trace", str(zoo_folder("minicpmv_like")), "--trust-remote-code", "--workaround", "auto")
+    lines = out.splitlines()  # loadguard's own line breaks are line breaks, not a literal \n (issue 45, class 7)
+    assert code == 1 and "\\n" not in out and len(lines) > 1 and any("resampler.pos_embed" in line for line in lines)
     code, out, _ = run("trace", str(zoo_folder("minicpmv_like_fixed")), "--trust-remote-code", "--workaround", "auto")
     assert code == 0 and "stayed finite" in out
 

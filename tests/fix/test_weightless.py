@@ -111,11 +111,10 @@ def test_a_hub_id_is_fixed_without_fetching_weights(zoo_folder, compat, tmp_path
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    asked = {}
-    real = files.snapshot_download
+    real, asked_file = files.snapshot_download, tmp_path / "asked.json"
 
-    def fetch(repo_id, **options):
-        asked.update(options)
+    def fetch(repo_id, **options):  # runs in the child the fix is made in: what it asked, kept in a file
+        asked_file.write_text(json.dumps(options))
         return real(repo_id, **options)
 
     monkeypatch.setattr(files, "snapshot_download", fetch)
@@ -132,7 +131,7 @@ def test_a_hub_id_is_fixed_without_fetching_weights(zoo_folder, compat, tmp_path
         "json",
     )
     assert code == 0, err
-    document = json.loads(out)
+    document, asked = json.loads(out), json.loads(asked_file.read_text())
     assert "*.safetensors" in asked["ignore_patterns"] and "*.model" not in asked["ignore_patterns"]
     assert document["weightless"] is True and [p["weightless"] for p in document["proofs"]] == [True, True]
     assert {c["file"] for c in document["changes"]} == {"modeling_lgtoy.py"}  # not "transformers' own code"

@@ -24,6 +24,7 @@ from torch import nn
 from .. import workarounds as registry
 from .._files import folder_of, local_config
 from .._hf import large_tensors_on_meta, meta_writes_skipped, named, recording, uninitialized_tensors_on_meta
+from .._infra import procs
 from ..errors import ReferenceBuildError
 from .inventory import Inventory
 
@@ -106,6 +107,7 @@ def _construct(model_class: type, config, persistent_buffers: bool = True, origi
         large_tensors_on_meta(),
         meta_writes_skipped(),
         persistent,
+        procs.exits_refused(f"building {model_class.__name__} as its code defines it"),
     ):
         return model_class(copy.deepcopy(config))
 

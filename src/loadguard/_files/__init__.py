@@ -25,7 +25,7 @@ __getattr__, __dir__, __all__ = lazy_face(
         "hub": ("failure", "is_hub_id", "local_snapshot"),
         "keymap": ("KeyMap", "map_keys"),
         "pages": ("PageOracle",),
-        "preflight": ("HUB_ID", "hub_offline", "missing", "read_config"),
+        "preflight": ("HUB_ID", "exists", "hub_offline", "missing", "read_config"),
     },
     modules=("hub",),
 )

@@ -15,7 +15,7 @@ def local_config(path: Any) -> dict | None:
         return None
     try:
         config = json.loads((Path(str(path)) / "config.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return config if isinstance(config, dict) else None
 

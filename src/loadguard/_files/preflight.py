@@ -42,6 +42,12 @@ def read_config(path: str | os.PathLike, trust_remote_code: bool) -> dict:
         )
     try:
         config = json.loads(config_file.read_text())
+    except RecursionError:
+        raise ModelConfigError(
+            f"{named(config_file, folder)} is not a config: its JSON is nested deeper than any config's (Python's JSON "
+            "reader gives up)",
+            "fix or re-save the config",
+        ) from None
     except (OSError, ValueError) as error:
         raise ModelConfigError(
             f"{named(config_file, folder)} is not valid JSON ({unreadable_because(error)})",
@@ -67,11 +73,20 @@ def _cached(repo_id: str) -> bool:
     return any((Path(cache) / f"models--{repo_id.replace('/', '--')}").glob("snapshots/*/config.json"))
 
 
+def exists(text: str) -> bool:
+    """Whether ``text`` names a file or folder here; a name the system cannot even look up (longer than a file name
+    may be, a NUL byte) names none: a line of a ``--from`` list, never the end of the run."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def missing(text: str) -> ModelNotFoundError | None:
     """The error a load or scan of ``text`` ends with before any model code runs: ``text`` is neither a path that exists
     nor a Hub id, or a Hub id while offline with nothing cached (a ``stat``: a fleet answers such rows without a child,
     a command before torch is imported); None otherwise."""
-    if Path(text).exists():
+    if exists(text):
         return None
     name = text.rpartition("@")[0] if "@" in text else text  # org/name@revision
     if HUB_ID.match(name):
@@ -86,4 +101,4 @@ def missing(text: str) -> ModelNotFoundError | None:
     )
 
 
-__all__ = ["HUB_ID", "hub_offline", "missing", "read_config"]
+__all__ = ["HUB_ID", "exists", "hub_offline", "missing", "read_config"]

@@ -14,6 +14,7 @@ import torch
 
 from .. import workarounds as registry
 from .._files import Checkpoint, failure, hub_offline
+from .._infra import procs
 from ..errors import (
     CheckpointError,
     EagerAttentionNeededError,
@@ -185,16 +186,35 @@ def from_pretrained(cls: Any, path: str | os.PathLike, *, active_workarounds: tu
         "output_loading_info", None
     )  # asked for on the base call; the caller gets the model (its info kept on it)
     try:
-        with collected() as warned, through_the_base(BaseCall()) as base:
-            result = cls.from_pretrained(str(path), **kwargs)
+        with collected() as warned, through_the_base(BaseCall()) as base, procs.exits_refused(f"loading {path}"):
+            result = cls.from_pretrained(_absolute(path), **kwargs)
     except LoadguardError:
         raise
     except Exception as error:
         raise translate(error, path, active_workarounds, device_map=kwargs.get("device_map")) from error
     model, info = loading_info.split(result)
+    _named_as_given(model, str(path))
     loading_info.remember(model, info if info is not None else base.info)
     model.loadguard_load_warnings = tuple(warned)  # what transformers and the model's code warned while it loaded
     return model
+
+
+def _named_as_given(model: Any, path: str) -> None:
+    """The name a plain ``from_pretrained(path)`` gives the model (``name_or_path``: what the user passed), where
+    :func:`_absolute` passed the folder's absolute path."""
+    if _absolute(path) == path:
+        return
+    for owner in (model, getattr(model, "config", None)):
+        if owner is not None and getattr(owner, "name_or_path", None) == _absolute(path):
+            with contextlib.suppress(AttributeError, TypeError):
+                owner.name_or_path = path
+
+
+def _absolute(path: str | os.PathLike) -> str:
+    """A local folder as an absolute path: the model's code may ``os.chdir`` while it is imported, before transformers
+    reads the weights (a relative folder then points elsewhere); a Hub id as it is."""
+    text = str(path)
+    return os.path.abspath(text) if not os.path.isabs(text) and os.path.isdir(text) else text
 
 
 def translate(

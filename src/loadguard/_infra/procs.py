@@ -10,6 +10,8 @@
 - A forked child is the subreaper of its descendants (:func:`adopt_orphans`): a process the model's code started and
   left behind, even one that ran ``setsid`` or double-forked, is found by :func:`sweep` and killed before the child
   reports; the report says how many there were.
+- :func:`exits_refused` turns the model's ``os._exit`` / ``sys.exit`` during a load in loadguard's own process into an
+  error (exit 2), never a silent exit 0.
 - :func:`signals_raise` turns ``SIGTERM`` and ``SIGHUP`` into :class:`Terminated` in the main process, so every
   ``finally`` that stops a child runs (Python's default for those signals is to die on the spot).
 
@@ -24,6 +26,8 @@ import signal
 import sys
 import threading
 import time
+
+from ..errors import ModelCodeExitedError
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -88,12 +92,12 @@ def descendants(pid: int | str = "self") -> list[int]:
     return out
 
 
-def sweep(rounds: int = 20) -> int:
-    """Kill (``SIGKILL``) every descendant of this process and reap them; the number there were. Repeated until none
-    is left, for one forking while the sweep runs."""
+def sweep(rounds: int = 20, spare: frozenset[int] | set[int] = frozenset()) -> int:
+    """Kill (``SIGKILL``) every descendant of this process but those in ``spare`` and reap them; the number there were.
+    Repeated until none is left, for one forking while the sweep runs."""
     seen: set[int] = set()
     for _ in range(rounds):
-        found = [pid for pid in descendants() if pid != os.getpid()]
+        found = [pid for pid in descendants() if pid != os.getpid() and pid not in spare]
         if not found:
             break
         for pid in found:
@@ -165,6 +169,57 @@ def group_alive(pid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+@contextlib.contextmanager
+def exits_refused(what: str):
+    """While the model's code runs in this process (``what``: "loading ./m"): its ``os._exit`` or ``sys.exit`` raises
+    :class:`loadguard.errors.ModelCodeExitedError` instead of ending the run with a status that reads as success (no
+    report, exit 0). A process the model's code forked exits as it asks. On the way out ``os._exit``, the working
+    folder and the dispositions of SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD and SIGQUIT are loadguard's again (a
+    ``SIG_IGN`` the code set does not outlive its load)."""
+    owner, real = os.getpid(), os._exit
+
+    def refused(status: int) -> None:
+        if os.getpid() != owner:  # a child of the model's own: its exit is its business
+            real(status)
+        raise ModelCodeExitedError(f"the model's code called os._exit({status}) while {what}: nothing was checked")
+
+    os._exit = refused
+    where = _cwd()
+    dispositions = {number: signal.getsignal(number) for number in _KEPT}
+    try:
+        yield
+    except SystemExit as error:
+        if os.getpid() != owner:
+            raise
+        raise ModelCodeExitedError(
+            f"the model's code called sys.exit({error.code!r}) while {what}: nothing was checked"
+        ) from None
+    finally:
+        os._exit = real
+        if os.getpid() == owner:  # what the model's code changed of the process: loadguard's again
+            for number, handler in dispositions.items():
+                if handler is not None and signal.getsignal(number) is not handler:
+                    with contextlib.suppress(ValueError, OSError, TypeError):
+                        signal.signal(number, handler)
+            if where is not None and _cwd() != where:
+                with contextlib.suppress(OSError):
+                    os.chdir(where)
+
+
+_KEPT = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE", "SIGCHLD", "SIGQUIT")
+    if hasattr(signal, name)
+)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def subprocess_options() -> dict:

@@ -174,10 +174,31 @@ def _end_by(stop) -> None:
 def main(argv: list[str] | None = None) -> None:
 
     try:
-        with signals_raise():
+        with signals_raise(), _survivors_stopped(argv is None):
             _main(argv)
     except Terminated as stop:
         _end_by(stop)
+
+
+@contextlib.contextmanager
+def _survivors_stopped(entry_point: bool):
+    """As the ``loadguard`` command (not a call from Python, whose process goes on): processes the model's code started
+    in this process and left running (a ``sleep``, a server, one that ran ``setsid`` or double-forked: they are
+    re-parented here) are killed before the command ends, so none holds its output open (``| tee`` would wait) or runs
+    past it; stderr says how many."""
+    from .._infra import procs
+
+    if not entry_point:
+        yield
+        return
+    before = set(procs.descendants())
+    procs.adopt_orphans()
+    try:
+        yield
+    finally:
+        stopped = procs.sweep(rounds=5, spare=before)
+        if stopped:
+            stderr().print(f"loadguard: stopped {stopped} process(es) the model's code left running", highlight=False)
 
 
 def _main(argv: list[str] | None) -> None:

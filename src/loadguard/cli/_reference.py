@@ -92,5 +92,6 @@ class Crashed:
         return [run_row(self.path, self.command, self.model_class, broken=self.broken)]
 
     def table(self, out, err) -> None:
-        out.print(self.broken.describe(), highlight=False, markup=False)
+        for line in self.broken.describe().split("\n"):  # loadguard's own line breaks; the model's text stays escaped
+            out.print(line, highlight=False, markup=False)
         err.print(styled("[bold]Hint:[/] {}", self.hint), highlight=False)

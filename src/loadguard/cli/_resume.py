@@ -27,11 +27,11 @@ def read(
 
     wanted, done, refused = set(keys), {}, set()
     try:
-        with open(path, encoding="utf-8") as stream:
-            for line in stream:
-                try:
-                    row = json.loads(line)
-                except ValueError:
+        with open(path, "rb") as stream:
+            for raw in stream:
+                try:  # a line that is not UTF-8, not JSON or nested past the reader's depth: not a row
+                    row = json.loads(raw.decode("utf-8"))
+                except (ValueError, RecursionError):
                     continue
                 try:
                     key = key_of(row) if isinstance(row, dict) else None

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .._infra import Markup, styled
-from ..errors import LoadguardError, hint_for
+from ..errors import InvalidOptionError, LoadguardError, hint_for
 from ..report import FixStatus
 from ._common import ExitCode, note, progress, quiet_transformers
 from ._options import executor_option, format_option, workarounds_from_option
@@ -74,8 +74,39 @@ from ._output import write
     show_default=True,
     help="Models fixed at once (a fleet: each in a child process of its own).",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1, None),
+    default=None,
+    metavar="SECONDS",
+    help="Seconds one model's fix may take, its proofs included; past it, its child process and everything it started "
+    "is stopped and the model's row (one model: the error) says so. Default: none.",
+)
+@click.option(
+    "--memory-limit",
+    "memory",
+    default="auto",
+    show_default=True,
+    metavar="SIZE|auto|none",
+    help="Memory one model's fix may add (e.g. 8GB); auto: 80% of this machine's memory shared among --jobs in a "
+    "fleet, none for one model.",
+)
 @executor_option
-def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_verify, no_weights, fmt, jobs, executor):
+def fix(
+    paths,
+    out,
+    from_file,
+    trust_remote_code,
+    auto_class,
+    workarounds,
+    no_verify,
+    no_weights,
+    fmt,
+    jobs,
+    timeout,
+    memory,
+    executor,
+):
     """Write a copy of MODEL whose code loads right on transformers 5, with LOADGUARD_FIX.md and loadguard-fix.diff.
 
     The copy is proven before it is written: it loads with leftover memory poisoned and no workaround on this
@@ -85,20 +116,41 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
     Without weights (a folder of code and config, a Hub id with --no-weights), the change comes from a scan and both
     proofs run without weights (the output says so).
 
+    The model's code runs only in a child process of loadguard's (one per model), which ends with everything it
+    started; what it changes there (its working folder, signal handlers) is not this run's, and a child that exits
+    before it gave its result is an error, never a success.
+
     Exit code 0: fixed (or nothing to fix); 1: something is left for a person, a proof failed, or written unproven
     (--no-verify); 2: could not run; 3: a fleet where some models could not be fixed.
     """
+    from .._infra import forks
+    from ._limits import memory_limit
     from .scan import model_targets
 
     targets = model_targets(paths, from_file)
     chosen = list(workarounds) or ["auto"]
+    limit = memory_limit(memory, jobs, len(targets) > 1 or bool(from_file))
     if len(targets) == 1 and not from_file:
         from .._files import missing
 
         refused = missing(targets[0])  # answered before torch is imported
         if refused is not None:
             raise refused
-        result = _one(targets[0], Path(out), trust_remote_code, auto_class, chosen, not no_verify, not no_weights)
+        item = (targets[0], str(out), trust_remote_code, auto_class, chosen, not no_verify, not no_weights)
+        if not forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
+            if timeout is not None or limit is not None:
+                raise InvalidOptionError(
+                    "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
+                )
+            result = _one(item[0], Path(out), *item[2:])
+        else:
+            try:
+                (outcome,) = executor.map(
+                    _fix_item, [item], jobs=1, timeout=timeout, memory_limit=limit, prepare=_prepare
+                )
+            finally:  # a child stopped past a limit or by a signal could not remove its staging folder: done here
+                _staging_removed(Path(out).parent)
+            result = _single(targets[0], outcome)
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
     taken: set[str] = set()
@@ -115,7 +167,10 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
         for target in targets
     ]
     note(f"fixing {len(items)} models into {out} ({executor.name}, {jobs} at a time)")
-    outcomes = executor.map(_fix_item, items, jobs=jobs, prepare=_prepare)
+    try:
+        outcomes = executor.map(_fix_item, items, jobs=jobs, timeout=timeout, memory_limit=limit, prepare=_prepare)
+    finally:
+        _staging_removed(Path(out))
     results = [
         o.value if o.ok else _Failed(target, f"its process failed: {o.error}", "")
         for (target, *_), o in zip(items, outcomes)
@@ -126,11 +181,35 @@ def fix(paths, out, from_file, trust_remote_code, auto_class, workarounds, no_ve
     return ExitCode.CLEAN if all(r.ok for r in results) else ExitCode.FINDINGS
 
 
+def _staging_removed(parent: Path) -> None:
+    from .._fix import remove_stale
+
+    remove_stale(parent)
+
+
+def _single(target: str, outcome) -> Any:
+    """The one model's result from its child, or the error it could not run with (exit 2): raised, as ``_one`` would
+    have raised it here; a child that ended without a result (killed past a limit, or the model's code exited it)."""
+    if not outcome.ok:
+        which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)
+        raise LoadguardError(
+            f"{target}: the fix did not finish: {outcome.error}",
+            f"raise {which} if the model only needs more"
+            if which
+            else "the model's code may end its process (os._exit, a crash): run it again with LOADGUARD_DEBUG=1",
+        )
+    if isinstance(outcome.value, _Failed):
+        raise LoadguardError(outcome.value.message, outcome.value.hint or None)
+    return outcome.value
+
+
 def _subfolder(target: str, taken: set[str]) -> str:
     """A subfolder name of its own for each model of a fleet: the folder's name (``parent-name``, then a number, when two
     share it), or the Hub id with ``--`` for ``/``."""
+    from .._files import exists
+
     path = Path(target)
-    candidates = [path.name, f"{path.parent.name}-{path.name}"] if path.exists() else [target.replace("/", "--")]
+    candidates = [path.name, f"{path.parent.name}-{path.name}"] if exists(target) else [target.replace("/", "--")]
     names = [re.sub(r"[^A-Za-z0-9._-]", "_", c).lstrip(".") or "model" for c in candidates]
     chosen = next((n for n in names if n not in taken), None)
     index = 2
@@ -157,9 +236,20 @@ def _fix_item(item: tuple) -> Any:
     try:
         return _one(target, Path(out), trust_remote_code, auto_class, workarounds, verify, weights)
     except LoadguardError as error:
+        _debug()
         return _Failed(target, error.message, hint_for(error, "cli") or "")
     except Exception as error:  # one model that cannot run is a row, not the end of the fleet
+        _debug()
         return _Failed(target, f"{type(error).__name__}: {error}", "set LOADGUARD_DEBUG=1 and fix it alone to see why")
+
+
+def _debug() -> None:
+    """``LOADGUARD_DEBUG=1``: the traceback, printed where it happened (the child), before it becomes a row."""
+    import os
+    import traceback
+
+    if os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0"):
+        traceback.print_exc()
 
 
 def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool, weights: bool = True):
@@ -211,11 +301,12 @@ class _Fixed:
 
     def markdown(self) -> str:
         from .._fix import notes
+        from .._infra import inert
 
         return "\n\n".join(
             notes(r)
             if not isinstance(r, _Failed)
-            else f"# {r.model}\n\ncould not run: {r.to_dict()['error']['message']}\n"
+            else f"# {inert(r.model)}\n\ncould not run: {inert(r.to_dict()['error']['message'])}\n"
             for r in self.results
         )
 
@@ -236,7 +327,7 @@ class _Fixed:
                     data["status"],
                     str(len(data.get("changes", []))),
                     str(len(data.get("refused", []))),
-                    why[:120],
+                    why if len(why) <= 120 else why[:119] + "…",  # the whole of it: --format json
                 )
             out.print(grid)
             return

@@ -126,7 +126,8 @@ class _Traced:
         return [run_row(self.path, "trace", self.model_class, failure=self.failure)]
 
     def table(self, out, err) -> None:
-        out.print(self.result.describe(), highlight=False)
+        for line in self.result.describe().split("\n"):  # loadguard's own line breaks; the model's text stays escaped
+            out.print(line, highlight=False)
 
 
 def _non_finite(model, result):

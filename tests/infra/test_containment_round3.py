@@ -1,0 +1,161 @@
+"""Containment, round 3 (issue 45, classes 1, 2 and 6): a model's code that ends loadguard's process is an error, never a
+silent success; what it starts, the signal dispositions and the working folder it changes do not outlive its load;
+`fix` runs it only in a child of its own (``--timeout``, ``--memory-limit``) and leaves no staging folder of a dead
+run. Each is run as a user runs the command (``python -m loadguard``) and checked with /proc."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import loadguard
+from loadguard._infra import procs
+from loadguard.errors import ModelCodeExitedError
+
+from ..conftest import IS_V5, TRANSFORMERS_VERSION
+
+linux = pytest.mark.skipif(sys.platform != "linux", reason="process containment is proven with /proc (Linux)")
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads np_buffer right")
+
+
+def _with_init(zoo_folder, tmp_path: Path, name: str, body: str) -> Path:
+    """np_buffer, its model class's ``__init__`` running ``body`` first."""
+    folder = tmp_path / name
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    indented = "\n".join("    " + line for line in body.strip().splitlines())
+    code = (
+        "\n\n_plain_init = LgToyForCausalLM.__init__\n\n\ndef _hostile_init(self, config, *args, **kwargs):\n"
+        f"    import os, signal, subprocess, sys, time\n{indented}\n    _plain_init(self, config, *args, **kwargs)\n\n\n"
+        "LgToyForCausalLM.__init__ = _hostile_init\n"
+    )
+    (folder / "modeling_lgtoy.py").write_text((folder / "modeling_lgtoy.py").read_text() + code)
+    return folder
+
+
+def _loadguard(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LOADGUARD_DEBUG": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "loadguard", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@linux
+@pytest.mark.parametrize("how", ["os._exit(0)", "sys.exit(0)"])
+def test_model_code_that_ends_the_process_is_an_error_never_a_success(zoo_folder, tmp_path, how):
+    folder = _with_init(zoo_folder, tmp_path, "exiting", how)
+    audited = _loadguard("audit", str(folder), "--trust-remote-code", "--format", "json", cwd=tmp_path)
+    said = f"the model's code called {how.split('(')[0]}(0) while loading"
+    assert audited.returncode == 2 and said in audited.stderr
+    assert json.loads(audited.stdout)["error"]["message"].startswith(said)  # the JSON says it too: never empty
+    fixed = _loadguard("fix", str(folder), "--out", str(tmp_path / "out"), "--trust-remote-code", cwd=tmp_path)
+    assert fixed.returncode == 2 and "the model's code called" in fixed.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@linux
+def test_what_model_code_starts_changes_or_ignores_in_audit_does_not_outlive_it(zoo_folder, tmp_path):
+    """A ``sleep`` in a session of its own, ``SIGTERM`` ignored and ``os.chdir('/')`` while the model is built, the
+    model given as a relative folder: the load still reads its weights, and the command ends with no process left."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    body = f"""
+child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+open(os.path.join({str(pids)!r}, f"{{child.pid}}.pid"), "w").write(str(child.pid))
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.chdir("/")
+"""
+    _with_init(zoo_folder, tmp_path, "leaving", body)
+    audited = _loadguard("audit", "leaving", "--trust-remote-code", "--format", "json", cwd=tmp_path)
+    assert audited.returncode == (1 if IS_V5 else 0), audited.stderr
+    assert "corrupt or truncated" not in audited.stderr and '"model": "leaving"' in audited.stdout
+    started = [int(p.stem) for p in pids.glob("*.pid")]
+    assert started and "process(es) the model's code left running" in audited.stderr
+    time.sleep(0.2)
+    assert [pid for pid in started if _alive(pid)] == []
+
+
+def test_a_load_gives_back_the_working_folder_and_signal_dispositions(tmp_path):
+    before, handler = os.getcwd(), signal.getsignal(signal.SIGTERM)
+    with procs.exits_refused("loading x"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.chdir(tmp_path)
+    assert os.getcwd() == before and signal.getsignal(signal.SIGTERM) is handler
+    with pytest.raises(ModelCodeExitedError, match=r"sys.exit\(3\) while loading x"):
+        with procs.exits_refused("loading x"):
+            sys.exit(3)
+    real = os._exit
+    with pytest.raises(ModelCodeExitedError, match=r"os._exit\(0\)"):
+        with procs.exits_refused("loading x"):
+            os._exit(0)
+    assert os._exit is real
+
+
+@linux
+def test_fix_has_a_timeout_that_stops_the_model_and_says_so(zoo_folder, tmp_path):
+    folder = _with_init(zoo_folder, tmp_path, "slow", "time.sleep(120)")
+    start = time.monotonic()
+    fixed = _loadguard(
+        "fix", str(folder), "--out", str(tmp_path / "out"), "--trust-remote-code", "--timeout", "3", cwd=tmp_path
+    )
+    assert fixed.returncode == 2 and time.monotonic() - start < 60
+    assert "the fix did not finish" in fixed.stderr and "--timeout" in fixed.stderr
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if ".loadguard-fix-" in p.name]
+
+
+@needs_v5
+def test_a_staging_folder_a_killed_run_left_is_removed_by_the_next(zoo_folder, tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid no process has now
+    stale = tmp_path / f".fixed.loadguard-fix-{dead.pid}-0123abcd"
+    (stale / "half").mkdir(parents=True)
+    alive = tmp_path / f".other.loadguard-fix-{os.getppid()}-0123abcd"  # a run still going: kept
+    alive.mkdir()
+    result = loadguard.fix(zoo_folder("np_buffer"), tmp_path / "fixed", trust_remote_code=True, verify=False)
+    assert result.status == "unverified" and (tmp_path / "fixed" / "modeling_lgtoy.py").is_file()
+    assert not stale.exists() and alive.exists()
+
+
+def test_inputs_that_crashed_a_run_are_rows_or_one_clear_error(tmp_path, zoo_folder):
+    """Issue 45, class 5: a --from line longer than a file name may be, a resume file with a byte that is not UTF-8 and a
+    line nested past the JSON reader's depth, a config.json nested 100,000 deep."""
+    listed = tmp_path / "models.txt"
+    listed.write_text("a" * 300 + "\nlg-org/missing\n")
+    scanned = _loadguard("scan", "--from", str(listed), "--format", "json", cwd=tmp_path)
+    rows = [json.loads(line) for line in scanned.stdout.splitlines()]  # a fleet: one JSON row per line
+    assert "unexpected" not in scanned.stderr and [r["scanned"] for r in rows] == [False, False]
+    assert rows[0]["error"]["message"].endswith("does not exist")
+    resume = tmp_path / "resume.jsonl"
+    resume.write_bytes(b'{"model": "\xff"}\n' + b"[" * 100_000 + b"\n")
+    again = _loadguard("scan", "--from", str(listed), "--resume", str(resume), "--format", "json", cwd=tmp_path)
+    assert "unexpected" not in again.stderr and len(again.stdout.splitlines()) == 2
+    deep = tmp_path / "deep"
+    shutil.copytree(zoo_folder("np_buffer"), deep)
+    (deep / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    audited = _loadguard("audit", str(deep), "--trust-remote-code", cwd=tmp_path)
+    assert audited.returncode == 2 and "nested deeper than any config's" in audited.stderr
+    assert "unexpected" not in audited.stderr
+
+
+def test_a_diff_of_a_file_whose_name_has_a_space_applies(tmp_path):
+    from loadguard._fix.fixing import _diff
+
+    diff = _diff({"my file.py": "x = 1\n"}, {"my file.py": "x = 2\n"})
+    (tmp_path / "my file.py").write_text("x = 1\n")
+    subprocess.run(["patch", "-p1"], input=diff, text=True, cwd=tmp_path, check=True, capture_output=True)
+    assert (tmp_path / "my file.py").read_text() == "x = 2\n"
