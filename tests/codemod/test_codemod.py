@@ -136,6 +136,18 @@ def test_a_class_without_init_weights_gets_one_that_calls_its_parent():
     compile(patched, "patched.py", "exec")
 
 
+def test_an_init_weights_set_by_assignment_is_never_shadowed_by_an_added_method():
+    """Issue 45, class 4: ``_init_weights = lambda ...`` in the class body: a ``def`` added after it would replace it
+    (the model's own initialization silently dropped, both proofs passing): refused, saying so."""
+    branch = _codemod.recompute(SOURCE, _line('"cache"'), "cache", "buffer", on_meta=True)
+    source = SOURCE.replace(
+        "class Rotary(nn.Module):", "class Rotary(nn.Module):\n    _init_weights = lambda self, m: None"
+    )
+    assert "_init_weights = lambda" in source
+    with pytest.raises(_codemod.Refused, match="sets _init_weights by assignment"):
+        _codemod_write.add_branches(source, "Rotary", [branch])
+
+
 def test_overwriting_writes_are_guarded_by_the_loaded_flag_and_guarded_init_calls_left_alone():
     patched, guarded = _codemod_write.guard_writes(SOURCE, "MyPreTrained")
     assert (

@@ -222,8 +222,15 @@ def _main(argv: list[str] | None) -> None:
         report_error(error)
         sys.exit(ExitCode.COULD_NOT_RUN)
     except click.exceptions.Abort:  # Ctrl-C: the children were stopped on the way out
+        from .._infra import procs
+
+        left = len(procs.descendants())  # said only when checked: none is left
         stderr().print(
-            Markup("[bold red]Error:[/] interrupted; every process this run started was stopped with it"),
+            Markup(
+                "[bold red]Error:[/] interrupted; every process this run started was stopped with it"
+                if not left
+                else f"[bold red]Error:[/] interrupted; {left} process(es) this run started are still running"
+            ),
             highlight=False,
         )
         sys.exit(ExitCode.COULD_NOT_RUN)
