@@ -21,6 +21,7 @@ from loadguard._infra import procs
 from loadguard.errors import ModelCodeExitedError
 
 from ..conftest import IS_V5, TRANSFORMERS_VERSION
+from .test_containment import _alive
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="process containment is proven with /proc (Linux)")
 needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads np_buffer right")
@@ -45,14 +46,6 @@ def _loadguard(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Comple
     return subprocess.run(
         [sys.executable, "-m", "loadguard", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 @linux

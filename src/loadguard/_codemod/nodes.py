@@ -14,6 +14,17 @@ def method_named(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
     return next((n for n in body if isinstance(n, cst.FunctionDef) and n.name.value == name), None)
 
 
+def assigns(cls: cst.ClassDef, name: str) -> bool:
+    """Whether the class body binds ``name`` by an assignment (``_init_weights = lambda self, m: ...``), not a ``def``."""
+    return any(
+        isinstance(target, cst.Name) and target.value == name
+        for line in getattr(cls.body, "body", ())
+        if isinstance(line, cst.SimpleStatementLine)
+        for statement in line.body
+        for target in assigned_targets(statement)
+    )
+
+
 def code_of(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node).strip()
 

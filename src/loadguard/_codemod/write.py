@@ -9,6 +9,7 @@ import libcst as cst
 from .nodes import (
     after_docstring,
     assigned_targets,
+    assigns,
     bound_names,
     class_named,
     code_of,
@@ -78,11 +79,8 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
     if cls is None:
         raise Refused(f"class {cls_name} is not defined at the top level of its file")
     function = method_named(cls, "_init_weights")
-    if function is None and _assigns_init_weights(cls):
-        raise Refused(
-            f"{cls_name} sets _init_weights by assignment (a lambda or another function), not with def: a method added "
-            "after it would replace it and drop the model's own initialization; add the branches to it by hand"
-        )
+    if function is None and assigns(cls, "_init_weights"):
+        raise Refused(f"{cls_name} assigns _init_weights (no def): a method added would drop it; edit it by hand")
     if function is not None:
         parameter = init_weights_parameter(source, cls_name) or "module"
         owner = (parameters_of(function) or ["self"])[0]
@@ -100,22 +98,6 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
         method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, method]))
     return tree.with_changes(body=[new_cls if s is cls else s for s in tree.body]).code
-
-
-def _assigns_init_weights(cls: cst.ClassDef) -> bool:
-    """Whether the class body binds ``_init_weights`` by an assignment (``_init_weights = lambda self, m: ...``)."""
-    for line in getattr(cls.body, "body", ()):
-        for statement in getattr(line, "body", ()) if isinstance(line, cst.SimpleStatementLine) else ():
-            targets = (
-                [t.target for t in statement.targets]
-                if isinstance(statement, cst.Assign)
-                else [statement.target]
-                if isinstance(statement, cst.AnnAssign)
-                else []
-            )
-            if any(isinstance(t, cst.Name) and t.value == "_init_weights" for t in targets):
-                return True
-    return False
 
 
 def keep_arguments(source: str, cls_name: str, names: list[str]) -> str:

@@ -48,6 +48,23 @@ def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
     return size
 
 
+def did_not_finish(what: str, outcome, otherwise: str) -> LoadguardError:
+    """The error for a child that ended without its result: which limit stopped it (and to raise it), else
+    ``otherwise``."""
+    which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)
+    return LoadguardError(
+        f"{what} did not finish: {outcome.error}",
+        f"raise {which} if the model only needs more" if which else otherwise,
+    )
+
+
+def memory_limit_option(help: str):
+    """``--memory-limit SIZE|auto|none`` (default auto) for a command that runs models in children of its own."""
+    return click.option(
+        "--memory-limit", "memory", default="auto", show_default=True, metavar="SIZE|auto|none", help=help
+    )
+
+
 def _body(call):
     """In the child: the command, its own errors printed as the CLI prints them; the exit code comes back."""
 
@@ -83,12 +100,10 @@ def limits_options(command):
         )
         if outcome.ok:
             return outcome.value
-        which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)
-        raise LoadguardError(
-            f"{kwargs.get('path', 'the model')}: the command did not finish: {outcome.error}",
-            f"raise {which} if the model only needs more"
-            if which
-            else "run it again with LOADGUARD_DEBUG=1 to see why",
+        raise did_not_finish(
+            f"{kwargs.get('path', 'the model')}: the command",
+            outcome,
+            "run it again with LOADGUARD_DEBUG=1 to see why",
         )
 
     limited = click.option(
@@ -107,4 +122,4 @@ def limits_options(command):
     )(limited)
 
 
-__all__ = ["limits_options"]
+__all__ = ["did_not_finish", "limits_options", "memory_limit", "memory_limit_option"]

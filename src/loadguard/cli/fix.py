@@ -13,6 +13,7 @@ from .._infra import Markup, styled
 from ..errors import InvalidOptionError, LoadguardError, hint_for
 from ..report import FixStatus
 from ._common import ExitCode, note, progress, quiet_transformers
+from ._limits import did_not_finish, memory_limit, memory_limit_option
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
 
@@ -82,14 +83,9 @@ from ._output import write
     help="Seconds one model's fix may take, its proofs included; past it, its child process and everything it started "
     "is stopped and the model's row (one model: the error) says so. Default: none.",
 )
-@click.option(
-    "--memory-limit",
-    "memory",
-    default="auto",
-    show_default=True,
-    metavar="SIZE|auto|none",
-    help="Memory one model's fix may add (e.g. 8GB); auto: 80% of this machine's memory shared among --jobs in a "
-    "fleet, none for one model.",
+@memory_limit_option(
+    "Memory one model's fix may add (e.g. 8GB); auto: 80% of this machine's memory shared among --jobs in a "
+    "fleet, none for one model."
 )
 @executor_option
 def fix(
@@ -124,7 +120,6 @@ def fix(
     (--no-verify); 2: could not run; 3: a fleet where some models could not be fixed.
     """
     from .._infra import forks
-    from ._limits import memory_limit
     from .scan import model_targets
 
     targets = model_targets(paths, from_file)
@@ -191,12 +186,10 @@ def _single(target: str, outcome) -> Any:
     """The one model's result from its child, or the error it could not run with (exit 2): raised, as ``_one`` would
     have raised it here; a child that ended without a result (killed past a limit, or the model's code exited it)."""
     if not outcome.ok:
-        which = {"memory": "--memory-limit", "timeout": "--timeout"}.get(outcome.killed)
-        raise LoadguardError(
-            f"{target}: the fix did not finish: {outcome.error}",
-            f"raise {which} if the model only needs more"
-            if which
-            else "the model's code may end its process (os._exit, a crash): run it again with LOADGUARD_DEBUG=1",
+        raise did_not_finish(
+            f"{target}: the fix",
+            outcome,
+            "the model's code may end its process (os._exit, a crash): run it again with LOADGUARD_DEBUG=1",
         )
     if isinstance(outcome.value, _Failed):
         raise LoadguardError(outcome.value.message, outcome.value.hint or None)

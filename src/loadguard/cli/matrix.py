@@ -12,6 +12,7 @@ from ..errors import InvalidOptionError
 from ..report import CellStatus
 from ._common import ExitCode, progress
 from ._consoles import stderr
+from ._limits import memory_limit, memory_limit_option
 from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
@@ -117,13 +118,8 @@ def versions_from(text: str, max_versions: int | None) -> list[str]:
     show_default=True,
     help="Seconds one cell may take (it runs in a child process, killed past it; its cell says so).",
 )
-@click.option(
-    "--memory-limit",
-    "memory",
-    default="auto",
-    show_default=True,
-    metavar="SIZE|auto|none",
-    help="Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs.",
+@memory_limit_option(
+    "Memory one cell may add (e.g. 4GB); past it, its cell says so; auto: 80% of this machine's memory shared among --jobs."
 )
 @executor_option
 @click.option(
@@ -163,7 +159,6 @@ def matrix(
     """
     from .._matrix import matrices as matrix_module
     from ..formats import EMITTED
-    from ._limits import memory_limit
 
     if (native or bisect) and fmt in EMITTED:
         raise InvalidOptionError(

@@ -23,7 +23,7 @@ from ..report import AuditReport, CheckSummary, Finding, Status, WorkaroundStatu
 from ._baseline import apply_baseline, baseline_options
 from ._common import SCHEMA_VERSION, ExitCode, parse_placement, quiet_transformers
 from ._consoles import stderr, stdout
-from ._limits import memory_limit
+from ._limits import memory_limit, memory_limit_option
 from ._options import executor_option, format_option, workarounds_from_option
 from ._output import write
 from ._progress import fleet_progress
@@ -164,14 +164,9 @@ def _markdown(rows: list[dict]) -> str:
     show_default=True,
     help="Seconds one model's scan may take (each model runs in a child process; past it, the child is killed and its row says so).",
 )
-@click.option(
-    "--memory-limit",
-    "memory",
-    default="auto",
-    show_default=True,
-    metavar="SIZE|auto|none",
-    help="Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
-    "shared among --jobs in a fleet, none for one model.",
+@memory_limit_option(
+    "Memory one model's scan may add (e.g. 4GB), then it is a row saying so; auto: 80% of this machine's memory "
+    "shared among --jobs in a fleet, none for one model."
 )
 @click.option(
     "--assume-checkpoint",
