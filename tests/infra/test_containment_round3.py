@@ -152,3 +152,35 @@ def test_a_diff_of_a_file_whose_name_has_a_space_applies(tmp_path):
     (tmp_path / "my file.py").write_text("x = 1\n")
     subprocess.run(["patch", "-p1"], input=diff, text=True, cwd=tmp_path, check=True, capture_output=True)
     assert (tmp_path / "my file.py").read_text() == "x = 2\n"
+
+
+@needs_v5
+def test_the_weights_are_linked_said_so_or_copied_when_asked(zoo_folder, tmp_path, capsys):
+    """Issue 45, class 4: hard-linked weights written in place change the original (a Hub cache blob): the output says
+    how the copy holds them, --copy-weights gives it its own; large data (.npy) is linked, not copied."""
+    from ..conftest import run_cli
+
+    folder = tmp_path / "model"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    (folder / "table.npy").write_bytes(b"\x93NUMPY" + bytes(64))
+    code, _, err = run_cli(
+        capsys, "fix", str(folder), "--out", str(tmp_path / "linked"), "--trust-remote-code", "--no-verify"
+    )
+    same = [
+        os.stat(tmp_path / "linked" / n).st_ino == os.stat(folder / n).st_ino
+        for n in ("model.safetensors", "table.npy")
+    ]
+    assert code == 1 and same == [True, True] and "hard links to the original's files" in err
+    result = loadguard.fix(folder, tmp_path / "copied", trust_remote_code=True, verify=False, copy_weights=True)
+    copied = tmp_path / "copied" / "model.safetensors"
+    assert result.weights == "copied" and os.stat(copied).st_ino != os.stat(folder / "model.safetensors").st_ino
+    assert copied.read_bytes() == (folder / "model.safetensors").read_bytes()
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_model_runs(zoo_folder, tmp_path):
+    ran = tmp_path / "ran"
+    folder = _with_init(zoo_folder, tmp_path, "model", f"open({str(ran)!r}, 'w').close()")
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(loadguard.errors.InvalidOptionError, match="cannot write in"):
+        loadguard.fix(folder, tmp_path / "a-file" / "out", trust_remote_code=True)
+    assert not ran.exists()

@@ -22,11 +22,13 @@ from ..errors import InvalidOptionError, ModelNotFoundError
 from ..report import FixStatus
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
+LINKED = WEIGHTS + (".onnx_data", ".npy", ".pkl")
+"""What the fixed copy links (or copies with ``--copy-weights``) rather than copies: weights and other large data."""
 DIFF = "loadguard-fix.diff"
 NOTES = "LOADGUARD_FIX.md"
 
 
-WEIGHT_PATTERNS = tuple(f"*{suffix}" for suffix in WEIGHTS if suffix != ".model") + ("*.onnx_data", "*.npy", "*.pkl")
+WEIGHT_PATTERNS = tuple(f"*{suffix}" for suffix in LINKED if suffix != ".model")
 """What a Hub id's weightless fetch leaves out (``.model`` stays: a sentencepiece tokenizer, not weights)."""
 
 
@@ -58,15 +60,22 @@ def model_folder(target: str, weights: bool = True) -> Path:
         raise failure(target, error, hub_offline()) from None
 
 
-def _link(source: Path, target: Path) -> None:
+def _link(source: Path, target: Path, copy: bool) -> str:
+    """``target`` is ``source``'s data: a copy (``copy``), else a hard link, else (another file system, links not
+    allowed) a symbolic link to the very file; which one it is."""
     real = source.resolve()
+    if copy:
+        shutil.copyfile(real, target)
+        return "copied"
     try:
         os.link(real, target)
-    except OSError:  # another file system, or links not allowed: a symlink to the very file
+        return "hard-linked"
+    except OSError:
         target.symlink_to(real)
+        return "symlinked"
 
 
-def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -> None:
+def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path, how: set[str], copy: bool) -> None:
 
     target.mkdir(parents=True, exist_ok=True)
     for entry in sorted(source.iterdir()):
@@ -84,9 +93,9 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path) -
             with open(destination, "w", encoding="utf-8", newline="") as handle:  # its line endings, as read
                 handle.write(patched[relative])
         elif entry.is_dir():
-            _copy_tree(entry, destination, patched, top)
-        elif entry.name.endswith(WEIGHTS):
-            _link(entry, destination)
+            _copy_tree(entry, destination, patched, top, how, copy)
+        elif entry.name.endswith(LINKED):
+            how.add(_link(entry, destination, copy))
         elif entry.is_file():
             shutil.copyfile(entry, destination)
 
@@ -118,19 +127,21 @@ def remove_stale(parent: Path) -> list[str]:
     return removed
 
 
-def stage(folder: Path, out: Path, patched: dict[str, str], diff: str) -> Path:
-    """The patched copy in a hidden folder beside ``out`` (``out`` itself is written only by :func:`publish`); the
+def stage(folder: Path, out: Path, patched: dict[str, str], diff: str, copy_weights: bool = False) -> tuple[Path, str]:
+    """The patched copy in a hidden folder beside ``out`` (``out`` itself is written only by :func:`publish`), and how
+    it holds the weights (``hard-linked``, ``symlinked``, ``copied``, several joined by ``+``; ``""``: none); the
     staging folders of dead runs there are removed first."""
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(out.parent)
     staging = out.parent / f".{out.name}.loadguard-fix-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    how: set[str] = set()
     try:
-        _copy_tree(folder, staging, patched, folder)
+        _copy_tree(folder, staging, patched, folder, how, copy_weights)
         (staging / DIFF).write_text(diff)
     except BaseException:
         remove_tree(staging.parent, staging, "the fix being staged")  # a copy refused halfway leaves nothing
         raise
-    return staging
+    return staging, "+".join(sorted(how))
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -145,7 +156,7 @@ def digest(folder: Path) -> dict[str, str]:
                 out[relative] = f"link to {os.readlink(path)}"
             elif path.is_dir():
                 out[relative] = "folder"
-            elif name.endswith(WEIGHTS):
+            elif name.endswith(LINKED):
                 out[relative] = f"weights {info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
             else:
                 out[relative] = "sha256 " + hashlib.sha256(path.read_bytes()).hexdigest()
@@ -288,6 +299,7 @@ def _reproduce(result: Any) -> list[str]:
 
 __all__ = [
     "DIFF",
+    "LINKED",
     "NOTES",
     "WEIGHTS",
     "digest",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,9 @@ class FixResult:
     source (``src/transformers/...``), for a pull request there; not applied, not proven by a load."""
     weightless: bool = False
     """The folder held no checkpoint: the findings are a scan's predictions and the proofs ran without weights."""
+    weights: str = ""
+    """How the written copy holds the weights: ``hard-linked`` (writing them in place changes the original's),
+    ``symlinked`` (another file system: the original must stay), ``copied`` (``copy_weights=True``); ``""``: none."""
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,7 @@ class FixResult:
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "upstream": self.upstream or None,
             "weightless": self.weightless,
+            "weights": self.weights or None,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -104,6 +109,7 @@ def fix(
     compat_version: str | None = None,
     weights: bool = True,
     name: str | None = None,
+    copy_weights: bool = False,
 ) -> FixResult:
     """Write ``out``: a copy of the model folder ``path`` (weights linked, never copied) whose code loads right on
     transformers 5, with ``LOADGUARD_FIX.md`` (the pull-request description) and ``loadguard-fix.diff``.
@@ -118,7 +124,8 @@ def fix(
     load transformers would do, predicted from weightless tensors) and proven without weights: (a) the scan of the
     patched copy is clean, (b) on transformers 4 both codes build the same buffers and tensor attributes and
     parameters of the same names, shapes and dtypes; ``result.weightless`` and each proof say so. ``name``: how the
-    result names the model (a Hub id whose snapshot ``path`` is; default: ``path``)."""
+    result names the model (a Hub id whose snapshot ``path`` is; default: ``path``). ``copy_weights``: the copy holds its own
+    weights, not hard links to the original's (which a program writing them in place would change)."""
 
     folder, target, label = Path(path), Path(out), name or str(path)
     _check_paths(folder, target)
@@ -177,7 +184,7 @@ def fix(
             upstream,
             weightless,
         )
-    staging = stage(folder, target, plan.files, diff)
+    staging, held = stage(folder, target, plan.files, diff, copy_weights)
     staged = digest(staging)  # the proofs run the model's code: what it writes into the copy is never published
     try:
         proofs: tuple[Proof, ...] = ()
@@ -212,6 +219,7 @@ def fix(
             seconds,
             upstream,
             weightless,
+            held if status != FixStatus.NOT_FIXED else "",
         )
         if status != FixStatus.NOT_FIXED:
             publish(staging, target, result)
@@ -261,6 +269,14 @@ def _check_paths(folder: Path, target: Path) -> None:
             f"--out {target} lies inside the model's folder {folder}",
             "write the fixed copy somewhere else: the original is never written",
         )
+    try:  # before any model code runs: a parent that cannot be written in is one line now, not a crash at the end
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".loadguard-probe-", dir=target.parent))
+    except OSError as error:
+        raise InvalidOptionError(
+            f"--out {target}: cannot write in {target.parent} ({error.strerror or error})",
+            "pass an --out in a folder you can write to",
+        ) from None
 
 
 def _diff(original: dict[str, str], patched: dict[str, str]) -> str:

@@ -76,6 +76,12 @@ from ._output import write
     help="Models fixed at once (a fleet: each in a child process of its own).",
 )
 @click.option(
+    "--copy-weights",
+    is_flag=True,
+    help="Copy the weights into the fixed copy (default: hard links, or symbolic links across file systems: no space, "
+    "but a program writing a hard-linked file in place changes the original's, a Hub cache blob included).",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(1, None),
     default=None,
@@ -99,6 +105,7 @@ def fix(
     no_weights,
     fmt,
     jobs,
+    copy_weights,
     timeout,
     memory,
     executor,
@@ -131,7 +138,16 @@ def fix(
         refused = missing(targets[0])  # answered before torch is imported
         if refused is not None:
             raise refused
-        item = (targets[0], str(out), trust_remote_code, auto_class, chosen, not no_verify, not no_weights)
+        item = (
+            targets[0],
+            str(out),
+            trust_remote_code,
+            auto_class,
+            chosen,
+            not no_verify,
+            not no_weights,
+            copy_weights,
+        )
         if not forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
             if timeout is not None or limit is not None:
                 raise InvalidOptionError(
@@ -158,6 +174,7 @@ def fix(
             chosen,
             not no_verify,
             not no_weights,
+            copy_weights,
         )
         for target in targets
     ]
@@ -225,9 +242,9 @@ def _prepare() -> None:
 def _fix_item(item: tuple) -> Any:
     """One model of a fleet, in its own child: its FixResult, or a row saying why it could not run."""
 
-    target, out, trust_remote_code, auto_class, workarounds, verify, weights = item
+    target, out, trust_remote_code, auto_class, workarounds, verify, weights, copy_weights = item
     try:
-        return _one(target, Path(out), trust_remote_code, auto_class, workarounds, verify, weights)
+        return _one(target, Path(out), trust_remote_code, auto_class, workarounds, verify, weights, copy_weights)
     except LoadguardError as error:
         _debug()
         return _Failed(target, error.message, hint_for(error, "cli") or "")
@@ -245,7 +262,16 @@ def _debug() -> None:
         traceback.print_exc()
 
 
-def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workarounds, verify: bool, weights: bool = True):
+def _one(
+    target: str,
+    out: Path,
+    trust_remote_code: bool,
+    auto_class,
+    workarounds,
+    verify: bool,
+    weights: bool = True,
+    copy_weights: bool = False,
+):
     from .._fix import fix as run_fix
     from .._fix import holds_weights, model_folder
 
@@ -262,7 +288,16 @@ def _one(target: str, out: Path, trust_remote_code: bool, auto_class, workaround
             verify=verify,
             weights=weights,
             name=target,
+            copy_weights=copy_weights,
         )
+
+
+_HELD = {
+    "hard-linked": "hard links to the original's files: a program that writes them in place changes the original "
+    "(a Hub cache blob too)",
+    "symlinked": "symbolic links to the original's files (another file system): moving or deleting the original breaks "
+    "them",
+}
 
 
 @dataclass(frozen=True)
@@ -372,5 +407,8 @@ def _print_one(result, out, err) -> None:
         err.print("Note: no weights: the findings are a scan's and both proofs ran without weights", highlight=False)
     if result.out:
         err.print(f"wrote {result.out}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)
+        said = _HELD.get(result.weights)
+        if said:
+            err.print(f"its weights are {said} (--copy-weights copies them)", highlight=False)
     elif result.diff:
         err.print('the attempted change was not written: --format json has it ("diff")', highlight=False)
