@@ -184,3 +184,39 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_model_runs(zoo_fold
     with pytest.raises(loadguard.errors.InvalidOptionError, match="cannot write in"):
         loadguard.fix(folder, tmp_path / "a-file" / "out", trust_remote_code=True)
     assert not ran.exists()
+
+
+@needs_v5
+def test_a_well_shaped_forged_or_stale_resume_row_is_done_again(zoo_folder, tmp_path, capsys):
+    """Issue 45, class 5: a resume row whose checks say "4 of 4 failed" next to no finding, or one scanned from files
+    the folder no longer holds, is never trusted as "predicted clean"; a genuine one is."""
+    from ..conftest import run_cli
+
+    folder = tmp_path / "model"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    resume = tmp_path / "rows.jsonl"
+    scan = (
+        "scan",
+        str(folder),
+        "--from",
+        os.devnull,
+        "--trust-remote-code",
+        "--resume",
+        str(resume),
+        "--format",
+        "json",
+    )
+    code, out, _ = run_cli(capsys, *scan)
+    genuine = json.loads(out)
+    assert code == 1 and genuine["files_sha256"] and len(genuine["findings"]) == 4
+    code, _, err = run_cli(capsys, *scan)
+    assert code == 1 and "resuming from" in err and "not trusted" not in err  # the genuine row stands
+    forged = {**genuine, "findings": [], "ok": True}
+    resume.write_text(json.dumps(forged) + "\n")
+    code, out, err = run_cli(capsys, *scan)
+    assert code == 1 and "1 row(s) of the wrong shape, not trusted: done again" in err
+    assert len(json.loads(out)["findings"]) == 4
+    resume.write_text(json.dumps(genuine) + "\n")
+    os.utime(folder / "modeling_lgtoy.py", ns=(1, 1))  # the code changed since that row
+    code, _, err = run_cli(capsys, *scan)
+    assert code == 1 and "not trusted: done again" in err

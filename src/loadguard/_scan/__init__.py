@@ -10,7 +10,7 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "fleet": ("DEFAULT_TIMEOUT", "scan_fleet", "scan_fleet_spawned", "scan_many", "scan_row"),
+        "fleet": ("DEFAULT_TIMEOUT", "scan_fleet", "scan_fleet_spawned", "scan_many", "scan_row", "trustworthy"),
         "scanning": ("scan", "scan_with_model"),
         "warmup": ("warm",),
     },

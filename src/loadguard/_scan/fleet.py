@@ -15,8 +15,10 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._infra import fingerprint
 from ..errors import LoadguardError, hint_for
 from ..formats import Row
+from ..report import failing
 
 DEFAULT_TIMEOUT = 900.0
 
@@ -64,7 +66,20 @@ def scan_row(target: str, options: dict) -> dict:
             "fixes": [],
             "error_kind": type(error).__name__,
         }
-    return {"model": target, "scanned": True, **report.to_dict()}
+    return {"model": target, "scanned": True, **report.to_dict(), "files_sha256": fingerprint(target)}
+
+
+def trustworthy(row: dict) -> bool:
+    """Whether a ``--resume`` row of a scanned model can stand for a scan now: its checks' failure counts are its
+    findings' (a row claiming "4 of 4 failed" with no finding is forged or damaged), and a local folder's files are
+    the ones it was scanned with (``files_sha256``: edited, re-downloaded or replaced since, it is done again)."""
+    findings = row.get("findings") or []
+    for check in row.get("checks") or []:
+        if check.get("failed") != len(failing([f for f in findings if f.get("check") == check.get("check")])):
+            return False
+    if any(f.get("check") not in {c.get("check") for c in row["checks"]} for f in failing(findings)):
+        return False
+    return row.get("files_sha256") == fingerprint(row["model"])
 
 
 def _error_row(target: str, error) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from .._infra import Markup, cell, styled
-from .._scan import DEFAULT_TIMEOUT, scan_fleet, scan_row
+from .._scan import DEFAULT_TIMEOUT, scan_fleet, scan_row, trustworthy
 from ..errors import InvalidOptionError, LoadguardError
 from ..formats import Row
 from ..report import AuditReport, CheckSummary, Finding, Status, WorkaroundStatus, failing
@@ -358,6 +358,7 @@ def valid_row(row: dict) -> bool:
             isinstance(row.get("checkpoint"), (str, type(None)))
             and bool(_verdict(row))
             and isinstance(_tensors(row), str)
+            and trustworthy(row)  # consistent, and of the files the folder holds now
         )
     except Exception:
         return False
