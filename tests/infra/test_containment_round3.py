@@ -220,3 +220,15 @@ def test_a_well_shaped_forged_or_stale_resume_row_is_done_again(zoo_folder, tmp_
     os.utime(folder / "modeling_lgtoy.py", ns=(1, 1))  # the code changed since that row
     code, _, err = run_cli(capsys, *scan)
     assert code == 1 and "not trusted: done again" in err
+
+
+@linux
+def test_a_thread_the_model_code_leaves_running_does_not_hold_the_command(zoo_folder, tmp_path):
+    """Issue 45, class 2: a non-daemon thread started while the model loads would keep the interpreter alive after
+    the report (a CI step waiting on it hangs); the command ends with its own exit code and says so."""
+    body = "import threading\nthreading.Thread(target=time.sleep, args=(300,)).start()"
+    folder = _with_init(zoo_folder, tmp_path, "threads", body)
+    start = time.monotonic()
+    audited = _loadguard("audit", str(folder), "--trust-remote-code", cwd=tmp_path, timeout=120)
+    assert audited.returncode == (1 if IS_V5 else 0) and time.monotonic() - start < 100
+    assert "thread(s) the model's code started still running" in audited.stderr

@@ -178,6 +178,28 @@ def main(argv: list[str] | None = None) -> None:
             _main(argv)
     except Terminated as stop:
         _end_by(stop)
+    except SystemExit as done:
+        if argv is None:
+            _end_despite_threads(done.code)
+        raise
+
+
+def _end_despite_threads(code) -> None:
+    """As the ``loadguard`` command: a non-daemon thread the model's code started would keep the interpreter (and the
+    command, and whatever waits on it) alive after the report; the command ends anyway, and says so."""
+    import threading
+
+    lingering = [
+        t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
+    if not lingering:
+        return
+    stderr().print(
+        f"loadguard: ended with {len(lingering)} thread(s) the model's code started still running", highlight=False
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else (0 if code is None else ExitCode.COULD_NOT_RUN))
 
 
 @contextlib.contextmanager
