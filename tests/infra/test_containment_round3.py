@@ -232,3 +232,13 @@ def test_a_thread_the_model_code_leaves_running_does_not_hold_the_command(zoo_fo
     audited = _loadguard("audit", str(folder), "--trust-remote-code", cwd=tmp_path, timeout=120)
     assert audited.returncode == (1 if IS_V5 else 0) and time.monotonic() - start < 100
     assert "thread(s) the model's code started still running" in audited.stderr
+
+
+@linux
+def test_model_code_that_exits_in_its_forward_is_an_error_in_trace(zoo_folder, tmp_path):
+    folder = tmp_path / "exits-in-forward"
+    shutil.copytree(zoo_folder("np_buffer"), folder)
+    code = "\n\ndef _exiting_forward(self, *args, **kwargs):\n    import os\n\n    os._exit(0)\n\n\nLgToyForCausalLM.forward = _exiting_forward\n"
+    (folder / "modeling_lgtoy.py").write_text((folder / "modeling_lgtoy.py").read_text() + code)
+    traced = _loadguard("trace", str(folder), "--trust-remote-code", cwd=tmp_path)
+    assert traced.returncode == 2 and "the model's code called os._exit(0) while running" in traced.stderr

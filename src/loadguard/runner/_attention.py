@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from .._infra import procs
 from ..errors import EagerAttentionNeededError, LoadguardError
 
 
@@ -15,7 +16,8 @@ def run_model(model: Any, call: Callable[[], Any], name: str) -> Any:
     indexes attention weights that SDPA does not return) fails with an opaque error, and the user is told what
     happened and what to pass (:class:`EagerAttentionNeededError`), never guessed at. The kernel is put back."""
     try:
-        return call()
+        with procs.exits_refused(f"running {name}"):  # its exit is an error; its chdir and signal handlers undone
+            return call()
     except LoadguardError:
         raise
     except Exception as error:
@@ -24,7 +26,8 @@ def run_model(model: Any, call: Callable[[], Any], name: str) -> Any:
             raise
         try:
             model.set_attn_implementation("eager")
-            call()
+            with procs.exits_refused(f"running {name}"):
+                call()
         except Exception:
             raise error from None  # eager fails too: not an attention-kernel matter
         finally:

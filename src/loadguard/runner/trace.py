@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._infra import procs
+
 
 @dataclass(frozen=True)
 class TraceResult:
@@ -104,7 +106,7 @@ def trace(
         handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
         handles.append(module.register_forward_hook(after, with_kwargs=True))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), procs.exits_refused(f"running {type(model).__name__}"):
             if run is not None:
                 run()
             else:
