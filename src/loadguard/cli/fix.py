@@ -131,6 +131,10 @@ def fix(
 
     targets = model_targets(paths, from_file)
     chosen = list(workarounds) or ["auto"]
+
+    def _item(target: str, into: str) -> tuple:  # what one model's child is given (_fix_item unpacks it)
+        return (target, into, trust_remote_code, auto_class, chosen, not no_verify, not no_weights, copy_weights)
+
     limit = memory_limit(memory, jobs, len(targets) > 1 or bool(from_file))
     if len(targets) == 1 and not from_file:
         from .._files import missing
@@ -138,16 +142,7 @@ def fix(
         refused = missing(targets[0])  # answered before torch is imported
         if refused is not None:
             raise refused
-        item = (
-            targets[0],
-            str(out),
-            trust_remote_code,
-            auto_class,
-            chosen,
-            not no_verify,
-            not no_weights,
-            copy_weights,
-        )
+        item = _item(targets[0], str(out))
         if not forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
             if timeout is not None or limit is not None:
                 raise InvalidOptionError(
@@ -165,19 +160,7 @@ def fix(
         write(fmt, _Fixed([result]))
         return ExitCode.CLEAN if result.ok else ExitCode.FINDINGS
     taken: set[str] = set()
-    items = [
-        (
-            target,
-            str(Path(out) / _subfolder(target, taken)),
-            trust_remote_code,
-            auto_class,
-            chosen,
-            not no_verify,
-            not no_weights,
-            copy_weights,
-        )
-        for target in targets
-    ]
+    items = [_item(target, str(Path(out) / _subfolder(target, taken))) for target in targets]
     note(f"fixing {len(items)} models into {out} ({executor.name}, {jobs} at a time)")
     try:
         outcomes = executor.map(_fix_item, items, jobs=jobs, timeout=timeout, memory_limit=limit, prepare=_prepare)
