@@ -100,7 +100,18 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path, h
             shutil.copyfile(entry, destination)
 
 
-_STAGING = re.compile(r"^\..+\.loadguard-fix-(?P<pid>\d+)-[0-9a-f]{8}$")
+_MARK = ".loadguard-fix-"
+_STAGING = re.compile(r"^\..+" + re.escape(_MARK) + r"(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def cached_module_glob(staging: str) -> str:
+    """The glob matching the copy transformers keeps of a staging folder's code in its modules cache: it names a
+    folder's module after the folder, ``.`` as ``_dot_`` and ``-`` as ``_hyphen_`` (one name per run: the pid and a
+    random tag). ``""`` for a name that is no staging folder's."""
+    if not _STAGING.match(staging):
+        return ""
+    tail = staging.rsplit(_MARK, 1)[-1].replace("-", "_hyphen_")
+    return f"*{_MARK.strip('.').replace('-', '_hyphen_')}{tail}"
 
 
 def _dead(pid: int) -> bool:
@@ -133,7 +144,7 @@ def stage(folder: Path, out: Path, patched: dict[str, str], diff: str, copy_weig
     staging folders of dead runs there are removed first."""
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(out.parent)
-    staging = out.parent / f".{out.name}.loadguard-fix-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging = out.parent / f".{out.name}{_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     how: set[str] = set()
     try:
         _copy_tree(folder, staging, patched, folder, how, copy_weights)

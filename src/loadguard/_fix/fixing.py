@@ -39,7 +39,7 @@ from .._infra import remove_tree
 from .._scan import scan_with_model
 from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
 from ..report import Finding, FixStatus, WorkaroundStatus
-from .files import digest, holds_weights, publish, stage, tampered
+from .files import cached_module_glob, digest, holds_weights, publish, stage, tampered
 from .plan import Change, Refusal, plan_fix
 from .proofs import Proof, before_v5_on_first, loads_right, written_for
 from .upstream import upstream_patch
@@ -236,8 +236,8 @@ def _forget_modules(staging: str) -> None:
     from transformers.utils import HF_MODULES_CACHE
 
     modules = Path(HF_MODULES_CACHE, "transformers_modules")
-    tail = staging.rsplit(".loadguard-fix-", 1)[-1].replace("-", "_hyphen_")
-    for entry in modules.glob(f"*loadguard_hyphen_fix_hyphen_{tail}") if tail else ():
+    pattern = cached_module_glob(staging)
+    for entry in modules.glob(pattern) if pattern else ():
         try:
             remove_tree(modules, entry, "the fixed copy's modules cache")
         except OSError:
