@@ -28,6 +28,8 @@ class Status(Vocabulary):
     ON_META = "on_meta"
     OVERWRITTEN = "overwritten"
     UNVERIFIABLE = "unverifiable"
+    CRASHED = "crashed"
+    """Not a tensor: the loaded model's forward or generate raised (``audit --forward``, the check ``runs``)."""
     INITIALIZED = "initialized"
     """Not loaded, on request or as transformers reports (a key missing from the checkpoint, a size mismatch
     ignored with ``ignore_mismatched_sizes``), and holding a real value: initialized by the model's code. Reported,
@@ -40,9 +42,12 @@ class Check(Vocabulary):
     MISSING_KEY = "missing_key"
     META_LEFTOVER = "meta_leftover"
     TIED_WEIGHTS = "tied_weights"
+    RUNS = "runs"
 
 
-FAILING_STATUSES = frozenset({Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN})
+FAILING_STATUSES = frozenset(
+    {Status.UNINITIALIZED, Status.MISMATCH, Status.ON_META, Status.OVERWRITTEN, Status.CRASHED}
+)
 
 
 def is_failing(status: str | Status) -> bool:

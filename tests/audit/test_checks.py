@@ -122,7 +122,7 @@ def test_meta_leftover():
 
 
 def test_failing_statuses():
-    assert {s.value for s in FAILING_STATUSES} == {"uninitialized", "mismatch", "on_meta", "overwritten"}
+    assert {s.value for s in FAILING_STATUSES} == {"uninitialized", "mismatch", "on_meta", "overwritten", "crashed"}
     assert not is_failing("unverifiable") and not is_failing("ok")
 
 

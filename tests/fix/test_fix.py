@@ -76,8 +76,14 @@ def test_np_buffer_is_fixed_proven_and_written_beside_an_untouched_original(zoo_
     assert [(p.name, p.transformers, p.ok) for p in result.proofs] == [
         ("loads_right", TRANSFORMERS_VERSION, True),
         ("unchanged_before_v5", "4.57.6", True),
+        ("same_outputs", f"{TRANSFORMERS_VERSION} vs 4.57.6", True),
     ]
     assert "first forward: equal" in result.proofs[1].detail
+    # (c): the patched copy on 5.x answers as the original did on 4.57: logits and 8 greedy tokens
+    measured = result.proofs[2].measured
+    assert measured["max_abs_diff"] <= measured["tolerance"] == 1e-4 and measured["dtype"] == "float32"
+    assert measured["tokens_patched"] == measured["tokens_original"] and len(measured["tokens_original"]) == 8
+    assert measured["inputs"] == ["attention_mask", "input_ids"] and measured["positions"] == 16
     assert digest(folder) == before  # the original folder: not a byte written
     assert (
         os.stat(out / "model.safetensors").st_ino == os.stat(folder / "model.safetensors").st_ino
@@ -129,7 +135,8 @@ def test_a_patch_that_fails_a_proof_is_not_written_and_says_which(zoo_folder, co
     argument reads a tensor left on meta: proof (a) fails, and the 4.57 side gains an attribute."""
     result = loadguard.fix(zoo_folder("shared_buffer"), tmp_path / "fixed", trust_remote_code=True)
     assert (result.status, result.out) == ("not_fixed", None)
-    assert [p.ok for p in result.proofs] == [False, False]
+    assert [p.ok for p in result.proofs] == [False, False, None]
+    assert result.proofs[2].detail == f"not run: the patched copy did not load on {TRANSFORMERS_VERSION}"
     assert "Cannot copy out of meta tensor" in result.proofs[0].detail
     assert not (tmp_path / "fixed").exists() and list(tmp_path.iterdir()) == []  # not even the staging folder
 

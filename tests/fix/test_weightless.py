@@ -44,7 +44,9 @@ def test_a_folder_without_weights_gets_the_same_patch_proven_without_weights(zoo
     assert [(p.name, p.ok, p.weightless) for p in result.proofs] == [
         ("loads_right", True, True),
         ("unchanged_before_v5", True, True),
+        ("same_outputs", None, True),  # outputs need weights: said, and the status rests on (a) and (b)
     ]
+    assert result.proofs[2].detail == "not run: no weights (outputs need the model's weights)"
     assert "without weights" in result.proofs[0].detail
     assert "4 buffers and tensor attributes bit-identical" in result.proofs[1].detail
     assert "36 parameters of the same names, shapes and dtypes" in result.proofs[1].detail
@@ -133,7 +135,7 @@ def test_a_hub_id_is_fixed_without_fetching_weights(zoo_folder, compat, tmp_path
     assert code == 0, err
     document, asked = json.loads(out), json.loads(asked_file.read_text())
     assert "*.safetensors" in asked["ignore_patterns"] and "*.model" not in asked["ignore_patterns"]
-    assert document["weightless"] is True and [p["weightless"] for p in document["proofs"]] == [True, True]
+    assert document["weightless"] is True and [p["weightless"] for p in document["proofs"]] == [True] * 3
     assert {c["file"] for c in document["changes"]} == {"modeling_lgtoy.py"}  # not "transformers' own code"
     assert (snapshot / "modeling_lgtoy.py").is_symlink() and not (tmp_path / "o" / "modeling_lgtoy.py").is_symlink()
     assert digest(tmp_path / "hub") == before

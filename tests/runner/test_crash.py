@@ -83,6 +83,7 @@ def test_nearest_prefers_the_module_then_what_encloses_it_then_anything():
 
 
 BROKEN_FINITE = {"overwritten", "sharded"}  # wrong but finite: trace looks for NaN/Inf and may find none
+NEVER_READ = {"rebuilt_before_use"}  # wrong after load, rebuilt before use: the outputs agree, nothing goes NaN
 
 
 @needs_v5
@@ -90,12 +91,16 @@ BROKEN_FINITE = {"overwritten", "sharded"}  # wrong but finite: trace looks for 
 def test_compare_and_trace_diagnose_every_zoo_entry(capsys, zoo_folder, name):
     folder = str(zoo_folder(name))
     entry = zoo.get(name)
-    broken = bool(entry.expected)
+    broken = bool(entry.expected) and name not in NEVER_READ
     for command in ("compare", "trace"):
         code, out, err = _cli(
             capsys, command, folder, "--trust-remote-code", "--workaround", "auto", "--format", "json"
         )
         assert "unexpected" not in err, err
+        if entry.runs_into:  # code that breaks when it runs on 5.x, loaded or built eagerly: nothing to compare
+            ((workaround, _, exception),) = entry.runs_into
+            assert code == 2 and exception.split(": ", 1)[1] in err and f"--workaround {workaround}" in err, err
+            continue
         document = json.loads(out)
         if not broken:
             assert code == 0, (command, out, err)
@@ -157,13 +162,14 @@ def test_a_crash_the_reference_has_too_is_not_blamed_on_the_load(capsys, zoo_fol
 
 
 def test_crash_serializes():
-    crash = Crash("IndexError", "index 9 is out of bounds", "positions", "P", "modeling_x.py:3")
+    crash = Crash("IndexError", "index 9 is out of bounds", "positions", "P", "modeling_x.py:3", ("v4-x",))
     assert json.loads(json.dumps(crash.to_dict())) == {
         "exception": "IndexError",
         "message": "index 9 is out of bounds",
         "module": "positions",
         "module_class": "P",
         "location": "modeling_x.py:3",
+        "fixes": ["v4-x"],
     }
 
 

@@ -20,6 +20,7 @@ from .._files import HUB_ID, failure, hub_offline
 from .._infra import cell, code, fence, inert, leaving, plural, remove_tree
 from ..errors import InvalidOptionError, ModelNotFoundError
 from ..report import FixStatus
+from ..runner import REBUILT
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
 LINKED = WEIGHTS + (".onnx_data", ".npy", ".pkl")
@@ -218,10 +219,18 @@ def notes(result: Any) -> str:
         "|---|---|---|",
     ]
     for finding in result.findings:  # names the model controls: one row each, no markup of theirs
+        status = f"{finding.status} ({REBUILT})" if REBUILT in finding.detail else str(finding.status)
         lines.append(
-            f"| {code(finding.tensor, table=True)} | {cell(finding.status)} | "
+            f"| {code(finding.tensor, table=True)} | {cell(status)} | "
             f"{code(finding.location, table=True) if finding.location else '-'} |"
         )
+    if any(REBUILT in f.detail for f in result.findings):
+        lines += [
+            "",
+            f"A tensor marked *{REBUILT}* holds leftover memory after loading, and the model's own code rebuilds it "
+            "during its first forward pass before reading it (its outputs equal a second pass's): the outputs were "
+            "right either way; the change makes the loaded model right from the start.",
+        ]
     if result.workarounds:
         lines += [
             "",

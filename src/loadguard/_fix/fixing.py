@@ -8,6 +8,8 @@ edits. The patched copy is then proven before it is called fixed:
     (``partly``: every tensor the change answers is right, and nothing else broke);
 (b) under the oldest supported transformers 4 (the matrix's environment) it loads to the very same tensors and first
     forward pass as the original (the fix changes nothing where the model was already right);
+(c) on the running transformers it answers as the original answered there: logits within the dtype's tolerance and
+    the same greedy tokens, on inputs built from the config (it runs on 5.x as it did on 4.x, past the load);
 and the copy the proofs ran is byte for byte the copy that was staged (the model's code ran in them: a file it wrote,
 planted or removed there is a failed ``copy_untouched`` row, and nothing is published).
 
@@ -35,21 +37,25 @@ from .. import _audit
 from .. import workarounds as registry
 from .._audit import load_unaudited
 from .._hf import init_weights_calls
+from .._hf import model_outputs as run_outputs
 from .._infra import remove_tree
 from .._scan import scan_with_model
 from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
 from ..report import Finding, FixStatus, WorkaroundStatus
+from ..runner import rebuilt
+from .across import same_outputs
 from .files import cached_module_glob, digest, holds_weights, publish, stage, tampered
 from .plan import Change, Refusal, plan_fix
-from .proofs import Proof, before_v5_on_first, loads_right, written_for
+from .proofs import Proof, before_v5_on_first, loads_right, run_patched, written_for
 from .upstream import upstream_patch
 
 
 @dataclass(frozen=True)
 class FixResult:
-    """What ``loadguard.fix`` found, changed and proved. ``status``: ``fixed`` (every finding answered, both proofs
-    passed), ``partly`` (some findings need a person: ``refused``), ``not_fixed`` (nothing could be changed, or a proof
-    failed: nothing written), ``clean`` (the load was right: nothing to change), ``unverified`` (``verify=False``)."""
+    """What ``loadguard.fix`` found, changed and proved. ``status``: ``fixed`` (every finding answered, the proofs
+    passed: (a) loads right, (b) unchanged on 4.x, (c) the same outputs as on 4.x), ``partly`` (some findings need a
+    person: ``refused``), ``not_fixed`` (nothing could be changed, or a proof failed: nothing written), ``clean`` (the
+    load was right: nothing to change), ``unverified`` (``verify=False``, or a proof could not run)."""
 
     model: str
     out: str | None
@@ -110,13 +116,14 @@ def fix(
     weights: bool = True,
     name: str | None = None,
     copy_weights: bool = False,
+    prove_outputs: bool = True,
 ) -> FixResult:
     """Write ``out``: a copy of the model folder ``path`` (weights linked, never copied) whose code loads right on
     transformers 5, with ``LOADGUARD_FIX.md`` (the pull-request description) and ``loadguard-fix.diff``.
 
     ``workarounds``: what the load of the *original* may use (``"auto"``: the ones its failures call for); each one the
     load needed is replaced by the source edit it stands for, so the patched copy needs none. ``verify=False`` skips
-    both proofs (the result says ``unverified``). ``compat_version``: the transformers 4 of proof (b); default: the 4.x
+    the proofs (the result says ``unverified``). ``compat_version``: the transformers 4 of proof (b); default: the 4.x
     the model was written for (config.json's ``transformers_version``, when older than 4.57), else (it cannot be
     installed, or the original does not load there) 4.57.6.
 
@@ -125,7 +132,12 @@ def fix(
     patched copy is clean, (b) on transformers 4 both codes build the same buffers and tensor attributes and
     parameters of the same names, shapes and dtypes; ``result.weightless`` and each proof say so. ``name``: how the
     result names the model (a Hub id whose snapshot ``path`` is; default: ``path``). ``copy_weights``: the copy holds its own
-    weights, not hard links to the original's (which a program writing them in place would change)."""
+    weights, not hard links to the original's (which a program writing them in place would change).
+
+    Proof (c), ``same_outputs``: the patched copy on this transformers answers as the original did on proof (b)'s
+    release (same weights; inputs built from the config: logits within the dtype's tolerance, every position's token in
+    the other side's top 5, the same greedy tokens), so ``fixed`` means "runs on 5.x as it did on 4.x".
+    ``prove_outputs=False`` leaves (c) out (and the status then rests on (a) and (b), as before (c) existed)."""
 
     folder, target, label = Path(path), Path(out), name or str(path)
     _check_paths(folder, target)
@@ -146,6 +158,8 @@ def fix(
     else:
         report, _ = _audit.audit_after_load(model, registry.resolve(workarounds), folder, early=early)
         needed = tuple(o.name for o in early if o.status == WorkaroundStatus.APPLIED)
+        if not report.ok:  # a wrong tensor the model's first forward pass rebuilds before reading it is said to be so
+            report = rebuilt(model, report)
     ran = {name for name, module in model.named_modules() if id(module) in called} if called.observed else None
     seconds["scan" if weightless else "audit"] = time.perf_counter() - start
     findings = tuple(report.failures)
@@ -167,6 +181,10 @@ def fix(
     plan = plan_fix(model, report, folder, list(needed), ran)
 
     upstream = upstream_patch(model, report)
+    late = [] if weightless else _needed_when_run(model, report, plan, needed)
+    if late:  # v4 code past the load: the workarounds its forward or generate needs stand for source edits too
+        needed += tuple(late)
+        plan = plan_fix(model, report, folder, list(needed), ran)
     class_name = type(model).__name__
     del model
     diff = _diff(plan.original, plan.files)
@@ -190,12 +208,24 @@ def fix(
         proofs: tuple[Proof, ...] = ()
         if verify:
             start = time.perf_counter()
-            proofs = (loads_right(staging, findings, plan.refused, auto_class, weightless),)
+            document = run_patched(staging, auto_class, weightless, prove_outputs)
+            after = document.pop("outputs", None) or (
+                f"the patched copy did not load on {report.versions.get('transformers', '')}"
+                if document.get("error")
+                else "the patched copy's outputs were not taken (no fork on this platform)"
+            )
+            proofs = (loads_right(document, findings, plan.refused, weightless),)
             seconds["prove_current"] = time.perf_counter() - start
             start = time.perf_counter()
             versions = (compat_version,) if compat_version else written_for(folder)
-            proofs += (before_v5_on_first(versions, folder, staging, needed, class_name, weightless),)
+            compat, before = before_v5_on_first(
+                versions, folder, staging, needed, class_name, weightless, prove_outputs
+            )
+            proofs += (compat,)
             seconds["prove_compat"] = time.perf_counter() - start
+            if prove_outputs:
+                current = str(report.versions.get("transformers", ""))
+                proofs += (same_outputs(before, after, compat.transformers, current, weightless),)
             changed = tampered(staged, digest(staging))
             if changed:
                 proofs += (
@@ -230,6 +260,31 @@ def fix(
         _forget_modules(staging.name)
 
 
+def _needed_when_run(model: Any, report: Any, plan: Any, needed: tuple[str, ...]) -> list[str]:
+    """The workarounds a forward pass and a short greedy generation of the original meet (inputs built from its config;
+    the tensors the audit found wrong set right first, in memory): v4 APIs that only run past the load. Run only when
+    the model's files mention what such a workaround gives back (``touches``): nothing else can need one."""
+    sources = "\n".join(text for name, text in plan.original.items() if name.endswith(".py"))
+    config = {"_name_or_path": "", **json.loads(plan.original.get("config.json") or "{}")}
+    candidates = [
+        w
+        for w in registry.all_workarounds()
+        if w.stage == "before_import"
+        and w.name not in needed
+        and callable(w.source_fix)
+        and w.touches is not None
+        and w.touches([sources])
+        and w.applies(config)
+    ]
+    if not candidates:
+        return []
+    if report.failures:
+        _audit.repair(model, report)
+    crash = run_outputs(model, fixes=registry.fixes_for)["error"]
+    names = {w.name for w in candidates}
+    return [name for name in (crash or {}).get("fixes", []) if name in names]
+
+
 def _forget_modules(staging: str) -> None:
     """The copy of the staged code transformers kept in its modules cache (``transformers_modules/_dot_<out>..._fix_
     <pid>_<rand>``, one per run): removed with the staged copy (proof (b)'s copies are removed on its side)."""
@@ -249,7 +304,8 @@ def _status(verify: bool, proofs: tuple[Proof, ...], refused: list[Refusal]) -> 
         return FixStatus.UNVERIFIED
     if any(p.ok is False for p in proofs):
         return FixStatus.NOT_FIXED
-    if any(p.ok is None for p in proofs):
+    # without weights there are no outputs to compare: (c) says so and the status rests on (a) and (b)
+    if any(p.ok is None and not (p.weightless and p.name == "same_outputs") for p in proofs):
         return FixStatus.UNVERIFIED
     return FixStatus.PARTLY if refused else FixStatus.FIXED
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -19,12 +20,14 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .._audit import audit, load_unaudited
+from .._audit import audit, load_unaudited, repair
 from .._hf import init_weights_calls
+from .._hf import model_outputs as run_outputs
 from .._infra import envs, forks, plural, procs
 from .._scan import scan
 from ..errors import LoadguardError
 from ..report import Finding, Status
+from ..workarounds import fixes_for
 from .plan import Refusal
 
 COMPAT_VERSION = "4.57.6"
@@ -35,12 +38,14 @@ COMPAT_VERSION = "4.57.6"
 class Proof:
     """One proof of a patched copy: ``ok`` None when it was not run (``detail`` says why)."""
 
-    name: str  # loads_right | unchanged_before_v5 | copy_untouched
+    name: str  # loads_right | unchanged_before_v5 | same_outputs | copy_untouched
     transformers: str
     ok: bool | None
     detail: str
     weightless: bool = False
     """Run without weights: (a) a scan's prediction of the load, (b) both codes constructed from the config."""
+    measured: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What the proof measured (``same_outputs``: ``max_abs_diff``, ``tolerance``, the tokens of both sides)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +54,7 @@ class Proof:
             "ok": self.ok,
             "detail": self.detail,
             "weightless": self.weightless,
+            "measured": dict(self.measured),
         }
 
 
@@ -120,11 +126,11 @@ def _run_prove(command: list[str], env: dict, timeout: float = 900) -> dict:
     return document
 
 
-def _audit_patched(arguments: tuple[str, str | None, bool]) -> dict:
+def _audit_patched(arguments: tuple[str, str | None, bool, bool]) -> dict:
     """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
     leftover memory poisoned, no workaround, then audited; without weights, the same load predicted by a scan."""
 
-    folder, auto_class, weightless = arguments
+    folder, auto_class, weightless, taken = arguments
     try:
         if weightless:
             return scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
@@ -133,24 +139,26 @@ def _audit_patched(arguments: tuple[str, str | None, bool]) -> dict:
     except LoadguardError as error:
         return {"error": error.message}
     ran = sorted(name for name, module in model.named_modules() if id(module) in called)
-    return {**audit(model).to_dict(), "init_weights_ran": ran}
+    report = audit(model)
+    if not taken:
+        return {**report.to_dict(), "init_weights_ran": ran}
+    # proof (c) runs the copy as a user would once they did what the plan left for a person: its refused tensors set
+    # to what the code computes (in memory, here only), so the outputs compare the change, not the known gap
+    set_by_hand = [f.tensor for f in report.failures] if report.failures and repair(model, report).ok else []
+    return {
+        **report.to_dict(),
+        "init_weights_ran": ran,
+        "outputs": {**run_outputs(model, fixes=fixes_for), "set_by_hand": set_by_hand},
+    }
 
 
-def loads_right(
-    staging: Path,
-    findings: tuple[Finding, ...],
-    refused: list[Refusal],
-    auto_class: str | None,
-    weightless: bool = False,
-) -> Proof:
-    """(a): the patched copy, loaded in a child process with leftover memory poisoned and no workaround, audits clean
-    (or, for a partial fix, fails only where the plan said a person must act); ``weightless``: its load as a scan
-    predicts it (transformers' own pipeline on weightless tensors)."""
-    import transformers
-
-    proof = functools.partial(Proof, weightless=weightless)
+def run_patched(staging: Path, auto_class: str | None, weightless: bool = False, outputs: bool = True) -> dict:
+    """The patched copy loaded in a child process with leftover memory poisoned and no workaround, audited (``weightless``:
+    its load as a scan predicts it): the audit's document, and under ``"outputs"`` the copy's outputs on this
+    transformers (:func:`loadguard._hf.inputs.model_outputs`: proof (c)'s side; absent without weights or without a fork, or
+    when not ``outputs``)."""
     if forks.available():
-        (outcome,) = forks.run(_audit_patched, [(str(staging), auto_class, weightless)], timeout=1800)
+        (outcome,) = forks.run(_audit_patched, [(str(staging), auto_class, weightless, outputs)], timeout=1800)
         document = outcome.value if outcome.ok else {"error": f"the process loading it failed: {outcome.error}"}
     else:  # no fork (Windows): a fresh interpreter
         command = [
@@ -165,6 +173,18 @@ def loads_right(
         document = _run_json(
             command + (["--auto-class", auto_class] if auto_class else []), {**os.environ, "LOADGUARD_DEBUG": ""}
         )
+    return document
+
+
+def loads_right(
+    document: dict, findings: tuple[Finding, ...], refused: list[Refusal], weightless: bool = False
+) -> Proof:
+    """(a): the patched copy's audit (:func:`run_patched`'s ``document``) is clean (or, for a partial fix, fails only
+    where the plan said a person must act); ``weightless``: its load as a scan predicts it (transformers' own pipeline
+    on weightless tensors)."""
+    import transformers
+
+    proof = functools.partial(Proof, weightless=weightless)
     version = transformers.__version__
     if document.get("error"):
         error = document["error"]
@@ -236,17 +256,20 @@ def written_for(folder: Path) -> tuple[str, ...]:
     return (COMPAT_VERSION,)
 
 
-def before_v5_on_first(versions: tuple[str, ...], folder: Path, staging: Path, *arguments: Any) -> Proof:
+def before_v5_on_first(
+    versions: tuple[str, ...], folder: Path, staging: Path, *arguments: Any
+) -> tuple[Proof, dict | None]:
     """Proof (b) on the first of ``versions`` whose environment can be made and where the original loads; the proof
-    names the release it ran on, and why an earlier one was passed over."""
+    names the release it ran on, and why an earlier one was passed over. With it, the original's outputs there (proof
+    (c)'s reference; None where none were taken)."""
     passed_over: list[str] = []
     for index, version in enumerate(versions):
-        proof = _unchanged_before_v5(folder, staging, version, *arguments)
+        proof, seen = _unchanged_before_v5(folder, staging, version, *arguments)
         last = index == len(versions) - 1
         if last or not (proof.ok is None or proof.detail.startswith("could not be compared")):
             if passed_over:
                 proof = dataclasses.replace(proof, detail=f"{proof.detail} (not on {'; '.join(passed_over)})")
-            return proof
+            return proof, seen
         passed_over.append(f"{version}, which config.json names: {proof.detail}")
     raise AssertionError("no transformers 4 release to prove on")  # versions is never empty
 
@@ -276,7 +299,8 @@ def _unchanged_before_v5(
     workarounds: tuple[str, ...],
     class_name: str | None = None,
     weightless: bool = False,
-) -> Proof:
+    outputs: bool = True,
+) -> tuple[Proof, dict | None]:
     """(b): under transformers ``version`` the patched copy loads to the same tensors and first forward as the original
     (``weightless``: both constructed from the config build the same buffers and tensor attributes, and parameters of
     the same names, shapes and dtypes). ``class_name``: the class the transformers 5 side loaded; both load as it here."""
@@ -288,7 +312,7 @@ def _unchanged_before_v5(
             version,
             None,
             f"not run: the transformers {version} environment could not be created ({environment.reason})",
-        )
+        ), None
     env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules"), "HF_HUB_OFFLINE": "1"}
     command = [
         str(environment.python),
@@ -300,17 +324,20 @@ def _unchanged_before_v5(
         class_name or "",
         "weightless" if weightless else "loaded",
     ]
-    document = _run_prove(command, env)
+    with tempfile.TemporaryDirectory(prefix="loadguard-outputs-") as scratch:
+        values = Path(scratch, "values.pt")
+        document = _run_prove(command + ([str(values)] if outputs else []), env)
+        seen = _reference_outputs(document.get("outputs"), values)
     if "error" in document:
-        return proof(version, False, f"could not be compared: {document['error']}")
+        return proof(version, False, f"could not be compared: {document['error']}"), None
     if document["differ_count"]:
         return proof(
             version,
             False,
             f"{plural(document['differ_count'], 'tensor')} differ from the original's: {', '.join(document['differ'][:6])}",
-        )
+        ), seen
     if document["forward"].startswith("differs") and not document.get("repaired"):
-        return proof(version, False, f"the first forward pass {document['forward']}")
+        return proof(version, False, f"the first forward pass {document['forward']}"), seen
     repaired = document.get("repaired") or []
     same = document["tensors"] - len(repaired)
     also = (
@@ -325,13 +352,29 @@ def _unchanged_before_v5(
             f"built from the config without weights: {document['valued']} buffers and tensor attributes bit-identical "
             f"to the original's, {document['tensors'] - document['valued']} parameters of the same names, shapes and "
             f"dtypes ({document.get('class', class_name)}); no forward pass without weights",
-        )
+        ), None
     return proof(
         document["transformers"],
         True,
         f"{same} of {plural(document['tensors'], 'tensor')} bit-identical to the original's{also}; first forward: "
         f"{document['forward']} ({document.get('class', class_name)})",
-    )
+    ), seen
 
 
-__all__ = ["COMPAT_VERSION", "Proof", "before_v5_on_first", "loads_right", "written_for"]
+def _reference_outputs(document: Any, values: Path) -> dict | None:
+    """The original's outputs as the 4.x side reported them, its values read back from the file it wrote (tensors
+    only, and only when the file is the one whose SHA-256 it reported)."""
+    import torch
+
+    if not isinstance(document, dict):
+        return None
+    seen = dict(document)
+    seen["values"] = None
+    digest = seen.pop("values_sha256", None)
+    if digest and values.is_file() and hashlib.sha256(values.read_bytes()).hexdigest() == digest:
+        loaded = torch.load(values, weights_only=True)
+        seen["values"] = loaded if isinstance(loaded, torch.Tensor) else None
+    return seen
+
+
+__all__ = ["COMPAT_VERSION", "Proof", "before_v5_on_first", "loads_right", "run_patched", "written_for"]

@@ -1,9 +1,10 @@
 """The 4.x side of ``loadguard fix``'s proof: ``python -m loadguard._fix.prove ORIGINAL PATCHED [WORKAROUND,...]
-[CLASS] [weightless]`` inside an environment of another transformers (the matrix's, :mod:`loadguard._infra.envs`).
+[CLASS] [weightless] [VALUES_FILE]`` inside an environment of another transformers (the matrix's, :mod:`loadguard._infra.envs`).
 
 Loads both folders with a plain ``from_pretrained`` (``trust_remote_code=True``, the same seed before each), then
-compares every parameter, buffer and plain tensor attribute, bit for bit, and the first forward pass on a fixed batch
-of token ids where the model takes ``input_ids``. Writes one JSON object to the descriptor ``LOADGUARD_RESULT_FD``
+compares every parameter, buffer and plain tensor attribute, bit for bit, and the first forward pass on inputs built
+from the config (:mod:`loadguard._hf.inputs`). The original's outputs there (its logits, saved to ``VALUES_FILE``, and
+its greedy tokens) are proof (c)'s reference: the patched copy on transformers 5 must answer the same. Writes one JSON object to the descriptor ``LOADGUARD_RESULT_FD``
 names, with the nonce read on stdin (never to stdout, where the model's code prints; run by hand: printed). The comparison uses torch and transformers
 only, nothing of loadguard's audit; the *original* alone is loaded inside the named workarounds its load needed (code
 written against an older torch fails to import even on transformers 4): the patched copy gets none.
@@ -19,11 +20,14 @@ name, shape and dtype (their values need weights), and no forward pass runs.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+
+from .._hf import model_outputs as outputs
 
 
 def _tensors(model) -> dict:
@@ -91,27 +95,6 @@ def _load(folder: str, workarounds: list[str] | None = None, class_name: str | N
             return cls._from_config(config).eval()
 
 
-def _forward(model):
-    import torch
-
-    vocab = int(
-        getattr(model.config, "vocab_size", 0)
-        or getattr(getattr(model.config, "text_config", None), "vocab_size", 0)
-        or 32
-    )
-    ids = (torch.arange(12).reshape(2, 6) * 7 + 3) % vocab
-    import inspect
-
-    # no cache: one pass over the ids is all the proof needs (and v4-era code may not speak 4.57's cache classes)
-    extra = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
-    with torch.no_grad():
-        output = model(input_ids=ids, **extra)
-    logits = getattr(output, "logits", None)
-    if logits is None:
-        logits = output[0] if isinstance(output, (tuple, list)) else getattr(output, "last_hidden_state", None)
-    return logits
-
-
 def _repaired_here_too(model, patched: dict, original: dict, differ: list[str]) -> list[str]:
     """Of the tensors that differ, those the original loads wrong on this transformers too (a parameter its checkpoint
     lacks, left as leftover memory): the patched copy holds what the model's code computes (a fresh eager construction
@@ -145,6 +128,7 @@ def compare(
     workarounds: list[str] | None = None,
     class_name: str | None = None,
     weightless: bool = False,
+    values_file: str = "",
 ) -> dict:
     import torch
     import transformers
@@ -179,18 +163,33 @@ def compare(
             "forward": "not compared: no weights (parameters compared by name, shape and dtype)",
             "repaired": [],
         }
-    try:
-        first, second = _forward(before), _forward(after)
-        if first is None or second is None:
-            forward = "not compared: the output has no logits or hidden states"
-        else:
-            forward = (
-                "equal"
-                if torch.equal(first, second) or (torch.isnan(first).all() and torch.isnan(second).all())
-                else (f"differs (max |diff| {float((first - second).abs().nan_to_num(float('inf')).max()):.3g})")
-            )
-    except Exception as error:  # a model whose forward takes more than token ids (pixel values, a data dict)
-        forward = f"not compared: its forward does not take input_ids alone ({type(error).__name__})"
+    # the original's forward and greedy tokens are proof (c)'s reference; the patched copy's forward is (b)'s. A tensor
+    # the original loads wrong here too is set as its code computes it first (what the patched copy holds, checked above)
+    with torch.no_grad():
+        for name in repaired:
+            mine[name].copy_(theirs[name].to(mine[name].dtype))
+    seen, patched = outputs(before, generate=bool(values_file)), outputs(after, generate=False)
+    seen["set_like_code"] = repaired
+    first, second = seen.pop("values"), patched["values"]
+    if seen["missing"]:
+        forward = f"not compared: its forward requires {', '.join(seen['missing'])}"
+    elif seen["error"] and seen["error"]["stage"] == "forward":
+        forward = f"not compared: the original's forward raised {seen['error']['type']}"
+    elif patched["error"]:
+        forward = (
+            f"differs: the patched copy's forward raised {patched['error']['type']}: {patched['error']['message']}"
+        )
+    elif first is None or second is None:
+        forward = "not compared: the output has no logits or hidden states"
+    elif first.shape != second.shape:
+        forward = f"differs (shape {tuple(second.shape)}, the original's {tuple(first.shape)})"
+    elif torch.equal(first, second) or (torch.isnan(first).all() and torch.isnan(second).all()):
+        forward = "equal"
+    else:
+        forward = f"differs (max |diff| {float((first - second).abs().nan_to_num(float('inf')).max()):.3g})"
+    if values_file and isinstance(first, torch.Tensor):
+        torch.save(first.contiguous(), values_file)
+        seen["values_sha256"] = hashlib.sha256(Path(values_file).read_bytes()).hexdigest()
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -200,6 +199,7 @@ def compare(
         "differ_count": len(differ),
         "forward": forward,
         "repaired": repaired,
+        "outputs": seen,
     }
 
 
@@ -240,6 +240,7 @@ def main() -> None:
     workarounds = [w for w in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if w]
     class_name = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
     weightless = len(sys.argv) > 5 and sys.argv[5] == "weightless"
+    values_file = sys.argv[6] if len(sys.argv) > 6 else ""
     try:
         with tempfile.TemporaryDirectory(prefix="loadguard-prove-") as names:
             # transformers before 4.4x names a folder's remote-code module after the folder itself, unsanitized: the
@@ -250,7 +251,9 @@ def main() -> None:
             original_link.symlink_to(Path(original).resolve(), target_is_directory=True)
             patched_link.symlink_to(Path(patched).resolve(), target_is_directory=True)
             try:
-                result = compare(str(original_link), str(patched_link), workarounds, class_name, weightless)
+                result = compare(
+                    str(original_link), str(patched_link), workarounds, class_name, weightless, values_file
+                )
             finally:
                 _forget_modules(original_link.name, patched_link.name)
     except Exception as error:

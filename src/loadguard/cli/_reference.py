@@ -41,14 +41,27 @@ def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_co
     """A crash of the loaded model that the reference does not have is what the load broke (a
     :class:`loadguard.runner.crash.BrokenRun`, the audit's wrong tensors nearest it); one the reference has too is
     the model's own, and the command cannot run (:class:`ModelRunError`). None when the loaded model did not crash."""
+    from .. import workarounds as registry
     from ..runner import explain
 
     if reference_crash is not None:
+        active = {w.name for w in registry.resolve(workarounds)}
+        fixes = [name for name in reference_crash.fixes if name not in active]
+        fix_line = command_line("fix", path, trust_remote_code=trust_remote_code, extra=("--out", "DIR"))
+        hint = (
+            "its code calls what this transformers removed when it runs, after the load (--workaround auto answers "
+            f"failures met while loading): run again with {' '.join(f'--workaround {name}' for name in fixes)}"
+            if fixes
+            else f"workaround {', '.join(reference_crash.fixes)} gives it back only while the model loads; '{fix_line}' "
+            "writes the change its code needs to run on this transformers"
+            if reference_crash.fixes
+            else f"check the prompt and images (--prompt, --image); '{command_line('audit', path, trust_remote_code=trust_remote_code, workarounds=workarounds)}' "
+            "checks the load without running the model"
+        )
         raise ModelRunError(
             f"{path} raises {reference_crash.describe()} also when built eagerly from its code and checkpoint: "
             "the failure is the model's or the input's, not the load's",
-            f"check the prompt and images (--prompt, --image); '{command_line('audit', path, trust_remote_code=trust_remote_code, workarounds=workarounds)}' "
-            "checks the load without running the model",
+            hint,
         )
     if crash is None:
         return None

@@ -17,6 +17,7 @@ _INDEX = re.compile(r"(?<=\.)(\d+)(?=\.|$)")
 _STATUS_STYLE = {
     Status.UNINITIALIZED: "bold red",
     Status.OVERWRITTEN: "bold red",
+    Status.CRASHED: "bold red",
     Status.MISMATCH: "red",
     Status.ON_META: "bold magenta",
     Status.UNVERIFIABLE: "yellow",

@@ -14,7 +14,7 @@ from .. import _audit, _files
 from .._infra import Markup, styled
 from ..errors import LoadguardError, hint_for
 from ..formats import Row
-from ..report import WorkaroundStatus
+from ..report import Check, WorkaroundStatus
 from ._baseline import apply_baseline, baseline_options
 from ._common import SCHEMA_VERSION, ExitCode, load_model, loading_options
 from ._consoles import stderr
@@ -54,6 +54,14 @@ from ._output import write
     help="Write a standalone script per kind of finding (torch + transformers only) that exits 1 while it is wrong: "
     "to attach to an upstream issue.",
 )
+@click.option(
+    "--forward",
+    "run_forward",
+    is_flag=True,
+    help="After the load checks, run the loaded model: one forward pass and 8 greedy tokens on inputs built from its "
+    "config (no tokenizer). A crash is a finding (check runs) with the model's line and the API it called; a wrong "
+    "tensor the run rebuilds before using it is said to be so.",
+)
 @baseline_options
 @click.option(
     "--timings",
@@ -74,6 +82,7 @@ def audit(
     strict_repair,
     fmt,
     reproducer_dir,
+    run_forward,
     baseline_file,
     write_baseline,
     timings,
@@ -106,6 +115,8 @@ def audit(
     report, after_workarounds = _audit.audit_after_load(
         model, registry.resolve(workarounds), path, early=early, strict=strict_stale
     )
+    if run_forward and not do_repair:  # the model as loaded runs (with --repair: the repaired one, below)
+        report = _with_run(model, report, report)
     rows = apply_baseline([Row.from_report(report, str(path))], baseline_file, write_baseline)
     if rows is None:
         return ExitCode.CLEAN
@@ -113,11 +124,31 @@ def audit(
         report, findings=rows[0].findings
     )  # known findings (a baseline) are neither shown nor failing
     current = after_workarounds or report
-    repaired = run_repair(model, current) if do_repair and not current.ok else None
-    if reproducer_dir and not report.ok:
-        _write_reproducers(model, report, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
+    tensors = dataclasses.replace(current, findings=tuple(f for f in current.findings if f.check != Check.RUNS))
+    repaired = run_repair(model, tensors) if do_repair and not tensors.ok else None
+    if run_forward and do_repair:
+        report = _with_run(model, repaired.after if repaired is not None else tensors, report)
+    crashed = any(f.check == Check.RUNS and f.failing for f in report.findings)  # no repair answers a crash
+    loaded = dataclasses.replace(report, findings=tuple(f for f in report.findings if f.check != Check.RUNS))
+    if reproducer_dir and not loaded.ok:  # a script per wrong tensor: a crash has its own finding's line
+        _write_reproducers(model, loaded, reproducer_dir, path, auto_class, trust_remote_code, dtype, placement, early)
     write(fmt, _Audited(str(path), report, repaired, after_workarounds, timings))
-    return repair_exit(report.ok, do_repair and (current.ok or (repaired is not None and repaired.ok)), strict_repair)
+    return repair_exit(
+        report.ok,
+        do_repair and not crashed and (tensors.ok or (repaired is not None and repaired.ok)),
+        strict_repair,
+    )
+
+
+def _with_run(model, held, report):
+    """``report`` with the ``runs`` check of the model as ``held`` describes it (as loaded, or repaired)."""
+    from ..runner import check_run
+
+    ran = check_run(model, held, how="cli")
+    if held is report:  # the model as loaded: its findings as the run saw them (a tensor it rebuilt before use)
+        return ran
+    added = tuple(f for f in ran.findings if f.check == Check.RUNS)
+    return dataclasses.replace(report, findings=report.findings + added, checks=report.checks + ran.checks[-1:])
 
 
 def repair_exit(clean: bool, repaired_clean: bool, strict: bool) -> ExitCode:

@@ -151,9 +151,13 @@ def compare(
             repaired,
             tuple(runner.workarounds),
             next_step,
+            runner.tokenizer is not None or runner.processor is not None,
         ),
     )
     return ExitCode.CLEAN if ok and not (strict_repair and repaired is not None) else ExitCode.FINDINGS
+
+
+NO_TOKENIZER = "no tokenizer in the folder: each prompt's token ids were built from its UTF-8 bytes, within the config's vocabulary"
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,8 @@ class _Compared:
     repaired: Any
     workarounds: tuple
     next_step: str
+    tokenizer: bool = True
+    """False: the folder has no tokenizer; each prompt became token ids built from its bytes (``prompt_ids``)."""
     command = "compare"
 
     def document(self) -> dict:
@@ -190,6 +196,7 @@ class _Compared:
             if self.repaired is None
             else {"repaired": list(self.repaired.repaired), "ok": self.repaired.ok},
             "workarounds": [w.to_dict() for w in self.workarounds],
+            "inputs": "tokenized" if self.tokenizer else NO_TOKENIZER,
         }
 
     def rows(self):
@@ -211,8 +218,11 @@ class _Compared:
         for prompt, imgs, out_a, out_b in zip(self.prompts, self.images or [None] * len(self.prompts), self.a, self.b):
             label = prompt + (f" [{' + '.join(f'{i.width}x{i.height}' for i in imgs)}]" if imgs else "")
             divergence = next((i for i, (x, y) in enumerate(zip(out_a[0], out_b[0])) if x != y), None)
-            table.add_row(label, out_a[1], out_b[1], "-" if divergence is None else f"token {divergence}")
+            shown_a, shown_b = (out_a[1], out_b[1]) if self.tokenizer else (str(out_a[0]), str(out_b[0]))
+            table.add_row(label, shown_a, shown_b, "-" if divergence is None else f"token {divergence}")
         out.print(table)
+        if not self.tokenizer:
+            err.print(f"Note: {NO_TOKENIZER} (the table shows token ids)", highlight=False)
         if self.repaired is not None:
             out.print(f"repaired before generating: {', '.join(self.repaired.repaired)}", highlight=False)
         if not self.failure_text:

@@ -38,7 +38,7 @@ from ._output import write
 @click.option(
     "--trust-remote-code",
     is_flag=True,
-    help="Run the model's own code (read it first): fix runs it in each load (the audit, both proofs).",
+    help="Run the model's own code (read it first): fix runs it in each load (the audit, the proofs).",
 )
 @click.option(
     "--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names."
@@ -387,7 +387,10 @@ def _print_one(result, out, err) -> None:
     if result.status == FixStatus.UNVERIFIED and not result.proofs:
         err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
     if result.weightless:
-        err.print("Note: no weights: the findings are a scan's and both proofs ran without weights", highlight=False)
+        err.print(
+            "Note: no weights: the findings are a scan's, proofs (a) and (b) ran without weights and (c) (outputs) did not run",
+            highlight=False,
+        )
     if result.out:
         err.print(f"wrote {result.out}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)
         said = _HELD.get(result.weights)

@@ -26,12 +26,15 @@ CHECK_HELP = {
     "meta_leftover": "A tensor is still on the meta device after loading: it has no value at all. Register it as a buffer "
     "that _init_weights rebuilds, or compute it in forward.",
     "tied_weights": "A tied weight is not the same tensor as its source and holds other values: the tie was not applied.",
+    "runs": "The loaded model's forward or generate raised on inputs built from its config (audit --forward): code "
+    "written for another transformers calls what this one does not have, or a tensor the load left wrong broke it.",
 }
 STATUS_TEXT = {
     Status.UNINITIALIZED: "holds leftover memory",
     Status.MISMATCH: "differs from what the code and checkpoint define",
     Status.ON_META: "is still on the meta device",
     Status.OVERWRITTEN: "was overwritten after loading",
+    Status.CRASHED: "raised when the model ran",
 }
 RUN_HELP = {
     "raised": (

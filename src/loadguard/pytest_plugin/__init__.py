@@ -7,6 +7,8 @@ Options:
                                      test when repair cannot make the model clean); ``warn`` warns.
   --loadguard-poison                 loads inside tests run under ``loadguard.poison()`` (the default for audited loads).
   --loadguard-no-poison              audited loads run as they are (not poisoned).
+  --loadguard-forward                after the audit, run each audited model once (a forward pass, 8 greedy tokens on
+                                     inputs built from its config): a crash fails the test, naming its line.
   --loadguard-record=PATH            write per-test outcomes and fingerprints as JSON (used by ``loadguard repeat``),
                                      one section per process that ran tests (``main``, or each pytest-xdist worker).
   --loadguard-workarounds-from=FILE  import a Python file that registers workarounds (repeatable).
@@ -60,6 +62,13 @@ def pytest_addoption(parser):
         help="audit loads as they are, without loadguard.poison() (leftover memory may pass for values: statuses may differ from the CLI's)",
     )
     group.addoption(
+        "--loadguard-forward",
+        action="store_true",
+        default=False,
+        help="after auditing a load, run the model: one forward pass and 8 greedy tokens on inputs built from its "
+        "config; a crash fails the test (warns with --loadguard=warn), naming the model's line and the API it called",
+    )
+    group.addoption(
         "--loadguard-record", default=None, metavar="PATH", help="write per-test outcomes and fingerprints as JSON"
     )
     group.addoption(
@@ -91,6 +100,7 @@ def pytest_configure(config):
         policy=policy,
         poison=None if poison is None else bool(poison),
         record_path=config.getoption("--loadguard-record"),
+        forward=bool(config.getoption("--loadguard-forward")),
     )
     files = config.getoption("--loadguard-workarounds-from") or []
     if files:

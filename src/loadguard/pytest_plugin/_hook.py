@@ -82,6 +82,8 @@ def _patch_from_pretrained(session: Session, PreTrainedModel) -> None:
             _audit_load(
                 model, policy, item, early, reproducer_command(path, kwargs, selection, session.poisons(policy))
             )
+            if session.forward and policy != "off":
+                _run_once(model, policy)
         return result if kwargs.get("output_loading_info") else model
 
     PreTrainedModel.from_pretrained = classmethod(from_pretrained)
@@ -162,6 +164,26 @@ def _audit_load(model, policy: str, item, early=(), reproduce: str = "") -> None
         warnings.warn(LoadguardWarning(f"{message}. {hint}"), stacklevel=3)
         return
     pytest.fail(f"loadguard: {message}\nHint: {hint}", pytrace=False)
+
+
+def _run_once(model, policy: str) -> None:
+    """``--loadguard-forward``: the model the test got, run once; a crash is added to its report and fails the test
+    (warns under ``warn``) with the model's line and the API it called."""
+    from ..report import Check
+    from ..runner import check_run
+
+    report = check_run(model, model.loadguard_report, how="pytest")
+    model.loadguard_report = report
+    crashes = [f for f in report.findings if f.check == Check.RUNS and f.failing]
+    if not crashes:
+        return
+    message = "; ".join(f"{f.tensor} of {report.model}: {f.detail}" for f in crashes)
+    if policy == "warn":
+        from ..errors import LoadguardWarning
+
+        warnings.warn(LoadguardWarning(f"loadguard: {message}"), stacklevel=3)
+        return
+    pytest.fail(f"loadguard: {message}", pytrace=False)
 
 
 __all__ = ["install"]

@@ -28,6 +28,8 @@ class Session:
     """Explicitly on or off (``--loadguard-poison``, ``--loadguard-no-poison``, ``[tool.loadguard] poison``); None: as
     the CLI, whose loads are poisoned by default: on for every load the plugin audits (:meth:`poisons`)."""
     record_path: str | None = None
+    forward: bool = False
+    """``--loadguard-forward``: each audited model is run once after its audit (:func:`loadguard.runner.check_run`)."""
     current: Any = None  # the running test item
     records: dict = field(default_factory=dict)  # nodeid -> TestRecord
     results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes for this process

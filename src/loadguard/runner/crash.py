@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from .. import workarounds as registry
 from .._audit import audit
 from .._infra import located
 from ..errors import LoadguardError
@@ -37,6 +38,8 @@ class Crash:
     module: str | None
     module_class: str | None
     location: str | None
+    fixes: tuple[str, ...] = ()
+    """The registered workarounds that declare this failure (code written for another transformers)."""
 
     @property
     def where(self) -> str:
@@ -59,23 +62,28 @@ class Crash:
             "module": self.module,
             "module_class": self.module_class,
             "location": self.location,
+            "fixes": list(self.fixes),
         }
 
 
 def locate(model: nn.Module, error: BaseException) -> Crash:
-    """The innermost frame of ``error``'s traceback that runs a method of one of ``model``'s modules."""
+    """The innermost frame of ``error``'s traceback that runs a method of one of ``model``'s modules (torch's own
+    ``nn.Module`` machinery, as the ``__getattr__`` that raises for a missing attribute, is not the model's line)."""
     names = {id(module): (name, module) for name, module in model.named_modules()}
     module_name = module_class = location = None
     frame_tb = error.__traceback__
     while frame_tb is not None:
         frame = frame_tb.tb_frame
         owner = frame.f_locals.get("self")
-        if owner is not None and id(owner) in names and names[id(owner)][1] is owner:
+        in_torch = "/torch/" in frame.f_code.co_filename.replace("\\", "/")
+        if owner is not None and id(owner) in names and names[id(owner)][1] is owner and not (in_torch and location):
             module_name = names[id(owner)][0]
             module_class = type(owner).__name__
             location = located(frame.f_code.co_filename, frame_tb.tb_lineno)
         frame_tb = frame_tb.tb_next
-    return Crash(type(error).__name__, str(error), module_name, module_class, location)
+    return Crash(
+        type(error).__name__, str(error), module_name, module_class, location, tuple(registry.fixes_for(error))
+    )
 
 
 def guarded(model: nn.Module, call: Callable[[], Any]) -> tuple[Any, Crash | None]:

@@ -192,6 +192,9 @@ class HfRunner:
                     f"{self.model_name} has no image processor", "pass images only to vision-language models"
                 )
             batch = self.processor(text=prompt, images=list(images), return_tensors="pt")
+        elif self.processor is None and self.tokenizer is None:  # no tokenizer: ids built from the config, said
+            ids = _hf.prompt_ids(self.model.config, prompt)[None]
+            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         else:
             batch = (self.processor if self.processor is not None else self.tokenizer)(
                 text=prompt, return_tensors="pt"

@@ -86,6 +86,7 @@ with registering_from(BUILT_IN):  # the built-ins depend on the registry only; r
         v4_behaviour,
         v4_names,
         v4_onnx,
+        v4_runtime,
     )
 
 __all__ = [

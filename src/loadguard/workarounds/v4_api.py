@@ -20,6 +20,17 @@ from ._source_fixes import accepting, read_with_defaults
 from .remote_code import has_remote_code
 from .transformers_v4 import V4_GENERATION_DEFAULTS, config_attributes
 from .v4_names import diff
+from .v4_runtime import (
+    convert_head_mask_to_5d,
+    create_extended_attention_mask_for_decoder,
+    estimate_tokens,
+    floating_point_ops,
+    get_extended_attention_mask,
+    get_head_mask,
+    invert_attention_mask,
+    model_methods_source_fix,
+    tie_or_clone_weights,
+)
 
 
 @functools.cache
@@ -71,97 +82,13 @@ def config_defaults(path, config: dict) -> Iterator[Usage]:
 # model methods and class attributes 5.x removed, with 4.57's meaning
 
 
-def get_extended_attention_mask(self, attention_mask, input_shape, device=None, dtype=None):
-    import torch
-
-    dtype = dtype if dtype is not None else self.dtype
-    if attention_mask.dim() == 3:
-        extended = attention_mask[:, None, :, :]
-    elif attention_mask.dim() == 2:
-        if getattr(self.config, "is_decoder", False):
-            extended = create_extended_attention_mask_for_decoder(input_shape, attention_mask, device)
-        else:
-            extended = attention_mask[:, None, None, :]
-    else:
-        raise ValueError(
-            f"Wrong shape for input_ids (shape {input_shape}) or attention_mask (shape {attention_mask.shape})"
-        )
-    extended = extended.to(dtype=dtype)
-    return (1.0 - extended) * torch.finfo(dtype).min
-
-
-def create_extended_attention_mask_for_decoder(input_shape, attention_mask, device=None):
-    import torch
-
-    batch_size, seq_length = input_shape
-    seq_ids = torch.arange(seq_length, device=device if device is not None else attention_mask.device)
-    causal = seq_ids[None, None, :].repeat(batch_size, seq_length, 1) <= seq_ids[None, :, None]
-    causal = causal.to(attention_mask.dtype)
-    if causal.shape[1] < attention_mask.shape[1]:
-        prefix = attention_mask.shape[1] - causal.shape[1]
-        ones = torch.ones((batch_size, seq_length, prefix), device=causal.device, dtype=causal.dtype)
-        causal = torch.cat([ones, causal], dim=-1)
-    return causal[:, None, :, :] * attention_mask[:, None, None, :]
-
-
-def invert_attention_mask(self, encoder_attention_mask):
-    import torch
-
-    if encoder_attention_mask.dim() == 3:
-        extended = encoder_attention_mask[:, None, :, :]
-    else:
-        extended = encoder_attention_mask[:, None, None, :]
-    extended = extended.to(dtype=self.dtype)
-    return (1.0 - extended) * torch.finfo(self.dtype).min
-
-
-def _convert_head_mask_to_5d(self, head_mask, num_hidden_layers):
-    if head_mask.dim() == 1:
-        head_mask = (
-            head_mask.unsqueeze(0).unsqueeze(0).unsqueeze(-1).unsqueeze(-1).expand(num_hidden_layers, -1, -1, -1, -1)
-        )
-    elif head_mask.dim() == 2:
-        head_mask = head_mask.unsqueeze(1).unsqueeze(-1).unsqueeze(-1)
-    return head_mask.to(dtype=self.dtype)
-
-
-def get_head_mask(self, head_mask, num_hidden_layers, is_attention_chunked=False):
-    if head_mask is None:
-        return [None] * num_hidden_layers
-    head_mask = _convert_head_mask_to_5d(self, head_mask, num_hidden_layers)
-    return head_mask.unsqueeze(-1) if is_attention_chunked else head_mask
-
-
-def _tie_or_clone_weights(self, output_embeddings, input_embeddings):
-    from torch import nn
-
-    if getattr(self.config, "torchscript", False):
-        output_embeddings.weight = nn.Parameter(input_embeddings.weight.clone())
-    else:
-        output_embeddings.weight = input_embeddings.weight
-    if getattr(output_embeddings, "bias", None) is not None:
-        padding = output_embeddings.weight.shape[0] - output_embeddings.bias.shape[0]
-        output_embeddings.bias.data = nn.functional.pad(output_embeddings.bias.data, (0, padding), "constant", 0)
-    if hasattr(output_embeddings, "out_features") and hasattr(input_embeddings, "num_embeddings"):
-        output_embeddings.out_features = input_embeddings.num_embeddings
-
-
-def estimate_tokens(self, input_dict) -> int:
-    name = getattr(self, "main_input_name", "input_ids")
-    return input_dict[name].numel() if name in input_dict else 0
-
-
-def floating_point_ops(self, input_dict, exclude_embeddings: bool = True) -> int:
-    return 6 * estimate_tokens(self, input_dict) * self.num_parameters(exclude_embeddings=exclude_embeddings)
-
-
 V4_MODEL_ATTRIBUTES: dict[str, Any] = {
     "get_extended_attention_mask": get_extended_attention_mask,
     "create_extended_attention_mask_for_decoder": staticmethod(create_extended_attention_mask_for_decoder),
     "invert_attention_mask": invert_attention_mask,
     "get_head_mask": get_head_mask,
-    "_convert_head_mask_to_5d": _convert_head_mask_to_5d,
-    "_tie_or_clone_weights": _tie_or_clone_weights,
+    "_convert_head_mask_to_5d": convert_head_mask_to_5d,
+    "_tie_or_clone_weights": tie_or_clone_weights,
     "estimate_tokens": estimate_tokens,
     "floating_point_ops": floating_point_ops,
     "framework": property(lambda self: "pt"),
@@ -243,7 +170,7 @@ def _model_attributes_native() -> bool:
     fixes=[("AttributeError", r"object has no attribute '(" + "|".join(V4_MODEL_ATTRIBUTES) + r")'")],
     native=_model_attributes_native,
     touches=r"\b(" + "|".join(V4_MODEL_ATTRIBUTES) + r")\b",
-    source_fix="by hand: the model calls what transformers 5 model classes no longer have (get_extended_attention_mask, get_head_mask, ...): port it to transformers 5's masking utilities, or define 4.57's method in the model's own class",
+    source_fix=lambda sources, config, model: model_methods_source_fix(sources, tuple(V4_MODEL_ATTRIBUTES)),
 )
 @contextlib.contextmanager
 def model_attributes(path, config: dict) -> Iterator[Usage]:

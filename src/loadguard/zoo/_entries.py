@@ -276,7 +276,37 @@ ENTRIES: dict[str, ZooEntry] = {
                     "AttributeError: 'LgV4AttrsForCausalLM' object has no attribute 'get_head_mask'",
                 ),
             ),
-            fix="not fixable: it calls get_head_mask, which transformers 5 model classes no longer have (v4-model-attributes has no source fix: port it by hand)",
+        ),
+        ZooEntry(
+            "v4_forward_api",
+            "lgv4fwd",
+            "(a) remote code whose forward calls self.get_head_mask (4.x models had it, 5.x removed it): it loads, and only "
+            "its forward raises AttributeError on transformers 5; its buffers are not rebuilt",
+            failure_mode="a",
+            expected=TOY_NP,
+            runs_into=(
+                (
+                    "v4-model-attributes",
+                    "forward",
+                    "AttributeError: 'LgV4FwdForCausalLM' object has no attribute 'get_head_mask'",
+                ),
+            ),
+        ),
+        ZooEntry(
+            "v4_legacy_cache",
+            "lgv4cache",
+            "(a) remote code that converts its cache at the boundary with DynamicCache.from_legacy_cache / "
+            "to_legacy_cache (4.3x-4.5x style, removed in 5.x): it loads and runs a forward pass, and generate raises "
+            "AttributeError on transformers 5; its buffers are not rebuilt",
+            failure_mode="a",
+            expected=TOY_NP,
+            runs_into=(
+                (
+                    "v4-legacy-cache",
+                    "generate",
+                    "AttributeError: type object 'DynamicCache' has no attribute 'from_legacy_cache'",
+                ),
+            ),
         ),
         ZooEntry(
             "v4_module_names",
@@ -400,6 +430,16 @@ ENTRIES: dict[str, ZooEntry] = {
             config={"rebuild_buffers_in_init": True},
             config_after={"tie_word_embeddings": False},
             fix="clean",
+        ),
+        ZooEntry(
+            "rebuilt_before_use",
+            "lgrebuilt",
+            "(a) a position table cached the 4.3x-era rotary way: computed in __init__ as a non-persistent buffer with "
+            "max_seq_len_cached = None, so the first forward pass rebuilds it before reading it; transformers 5 leaves "
+            "it uninitialized after loading, and no output ever sees that (wrong after load, rebuilt before use)",
+            failure_mode="a",
+            config={"rebuild_buffers_in_init": True},
+            expected=(ExpectedFinding("rotary.cached", Status.UNINITIALIZED),),
         ),
         ZooEntry(
             "clean",

@@ -35,6 +35,9 @@ class ZooEntry:
     failures: tuple[tuple[str, str], ...] = ()
     """Code written for transformers 4.x: ``(workaround, exception)`` in the order a plain ``from_pretrained`` meets
     them on a transformers that lacks what each workaround gives back."""
+    runs_into: tuple[tuple[str, str, str], ...] = ()
+    """Code written for transformers 4.x that loads on 5.x and fails when it runs: ``(workaround, stage, exception)``,
+    the stage ``forward`` or ``generate`` where a plain call on inputs built from the config meets it on transformers 5."""
     config_json: dict[str, Any] = field(default_factory=dict)
     """Keys its config.json holds as an older transformers wrote them."""
     config_json_drop: tuple[str, ...] = ()

@@ -1,0 +1,294 @@
+"""v4 code past the load: what modeling code calls in ``forward`` and ``generate`` that transformers 5 removed, and
+the source edits that give it back in the model's own files. Found the way the load-time set was (the API diff
+4.57 -> 5.x): the v4 model methods (``get_head_mask``, ``get_extended_attention_mask``, ...) and the legacy cache
+conversions (``DynamicCache.from_legacy_cache`` / ``to_legacy_cache``).
+
+Each source edit calls a helper the file then defines: on transformers 4 the helper calls 4.x's own method (nothing
+changes there: proof (b)), on 5.x it does what 4.57 did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+
+from ._registry import Usage, model_code, workaround
+from .remote_code import has_remote_code
+
+# ----------------------------------------------------------------------------------------------------------------
+# model methods transformers 5 removed, with 4.57's meaning
+
+
+def get_extended_attention_mask(self, attention_mask, input_shape, device=None, dtype=None):
+    import torch
+
+    dtype = dtype if dtype is not None else self.dtype
+    if attention_mask.dim() == 3:
+        extended = attention_mask[:, None, :, :]
+    elif attention_mask.dim() == 2:
+        if getattr(self.config, "is_decoder", False):
+            extended = create_extended_attention_mask_for_decoder(input_shape, attention_mask, device)
+        else:
+            extended = attention_mask[:, None, None, :]
+    else:
+        raise ValueError(
+            f"Wrong shape for input_ids (shape {input_shape}) or attention_mask (shape {attention_mask.shape})"
+        )
+    extended = extended.to(dtype=dtype)
+    return (1.0 - extended) * torch.finfo(dtype).min
+
+
+def create_extended_attention_mask_for_decoder(input_shape, attention_mask, device=None):
+    import torch
+
+    batch_size, seq_length = input_shape
+    seq_ids = torch.arange(seq_length, device=device if device is not None else attention_mask.device)
+    causal = seq_ids[None, None, :].repeat(batch_size, seq_length, 1) <= seq_ids[None, :, None]
+    causal = causal.to(attention_mask.dtype)
+    if causal.shape[1] < attention_mask.shape[1]:
+        prefix = attention_mask.shape[1] - causal.shape[1]
+        ones = torch.ones((batch_size, seq_length, prefix), device=causal.device, dtype=causal.dtype)
+        causal = torch.cat([ones, causal], dim=-1)
+    return causal[:, None, :, :] * attention_mask[:, None, None, :]
+
+
+def invert_attention_mask(self, encoder_attention_mask):
+    import torch
+
+    if encoder_attention_mask.dim() == 3:
+        extended = encoder_attention_mask[:, None, :, :]
+    else:
+        extended = encoder_attention_mask[:, None, None, :]
+    extended = extended.to(dtype=self.dtype)
+    return (1.0 - extended) * torch.finfo(self.dtype).min
+
+
+def convert_head_mask_to_5d(self, head_mask, num_hidden_layers):
+    if head_mask.dim() == 1:
+        head_mask = (
+            head_mask.unsqueeze(0).unsqueeze(0).unsqueeze(-1).unsqueeze(-1).expand(num_hidden_layers, -1, -1, -1, -1)
+        )
+    elif head_mask.dim() == 2:
+        head_mask = head_mask.unsqueeze(1).unsqueeze(-1).unsqueeze(-1)
+    return head_mask.to(dtype=self.dtype)
+
+
+def get_head_mask(self, head_mask, num_hidden_layers, is_attention_chunked=False):
+    if head_mask is None:
+        return [None] * num_hidden_layers
+    head_mask = convert_head_mask_to_5d(self, head_mask, num_hidden_layers)
+    return head_mask.unsqueeze(-1) if is_attention_chunked else head_mask
+
+
+def tie_or_clone_weights(self, output_embeddings, input_embeddings):
+    from torch import nn
+
+    if getattr(self.config, "torchscript", False):
+        output_embeddings.weight = nn.Parameter(input_embeddings.weight.clone())
+    else:
+        output_embeddings.weight = input_embeddings.weight
+    if getattr(output_embeddings, "bias", None) is not None:
+        padding = output_embeddings.weight.shape[0] - output_embeddings.bias.shape[0]
+        output_embeddings.bias.data = nn.functional.pad(output_embeddings.bias.data, (0, padding), "constant", 0)
+    if hasattr(output_embeddings, "out_features") and hasattr(input_embeddings, "num_embeddings"):
+        output_embeddings.out_features = input_embeddings.num_embeddings
+
+
+def estimate_tokens(self, input_dict) -> int:
+    name = getattr(self, "main_input_name", "input_ids")
+    return input_dict[name].numel() if name in input_dict else 0
+
+
+def floating_point_ops(self, input_dict, exclude_embeddings: bool = True) -> int:
+    return 6 * estimate_tokens(self, input_dict) * self.num_parameters(exclude_embeddings=exclude_embeddings)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# call sites rewritten to helpers the file defines
+
+
+def _rewrite_calls(
+    sources: dict[str, str], methods: dict[str, str], refuse: tuple[str, ...] = (), static: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Every call ``<obj>.<name>(args)`` of a name in ``methods`` becomes ``_v4_<name>(<obj>, args)`` (``static``:
+    ``_v4_<name>(args)``), and the helpers it needs (``methods[name]``: their source) are defined after the file's
+    imports. A use of a name in ``refuse`` (read, not called: nothing to define) is refused with its file and line."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from .._codemod import Refused, define_after_imports
+
+    edited = {}
+    for file, text in sources.items():
+        if not file.endswith(".py") or not any(name in text for name in (*methods, *refuse)):
+            continue
+        wrapper = MetadataWrapper(cst.parse_module(text))
+        used: list[str] = []
+
+        class Calls(cst.CSTTransformer):
+            METADATA_DEPENDENCIES = (PositionProvider,)
+
+            def visit_Attribute(self, node):
+                if node.attr.value in refuse:
+                    line = self.get_metadata(PositionProvider, node).start.line
+                    raise Refused(
+                        f"{file}:{line} reads {node.attr.value}, which transformers 5 removed: port it by hand"
+                    )
+                return True
+
+            def leave_Call(self, original, updated):
+                func = updated.func
+                if not isinstance(func, cst.Attribute) or func.attr.value not in methods:
+                    return updated
+                used.append(func.attr.value)
+                head = [] if func.attr.value in static else [cst.Arg(func.value)]
+                return updated.with_changes(func=cst.Name(f"_v4_{func.attr.value}"), args=[*head, *updated.args])
+
+        new = wrapper.visit(Calls())
+        if used:
+            block = "\n\n".join(methods[name] for name in dict.fromkeys(used))
+            edited[file] = define_after_imports(new.code, block)
+    return edited
+
+
+def _helper(name: str, function, calls: dict[str, str]) -> str:
+    """``function``'s source as ``_v4_<name>``: 4.x's own method where the object has it, else 4.57's meaning."""
+    lines = inspect.getsource(function).splitlines()
+    body = lines[1:]
+    head = lines[0].replace(f"def {function.__name__}(", f"def _v4_{name}(", 1)
+    first = head[head.index("(") + 1 :].split(",", 1)[0].strip()
+    text = "\n".join(
+        [
+            head,
+            f"    # transformers 5 removed {name}: 4.x's own where it exists, else what transformers 4.57 did",
+            f'    if hasattr(type({first}), "{name}"):',
+            f"        return {first}.{name}({_arguments(function)})",
+            *body,
+        ]
+    )
+    for call, attribute in calls.items():
+        text = text.replace(f" {call}(", f" _v4_{attribute}(")
+    return text + "\n"
+
+
+def _arguments(function) -> str:
+    parameters = list(inspect.signature(function).parameters.values())[1:]
+    return ", ".join(p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}" for p in parameters)
+
+
+def model_methods_source_fix(sources: dict[str, str], removed: tuple[str, ...]) -> tuple[dict[str, str], str]:
+    """The v4 model methods the files call (``self.get_head_mask(...)``) become helpers the files define (4.x's own
+    method where the model has it, else 4.57's code); any other of ``removed`` (a class attribute) they read is
+    refused."""
+    decoder_mask = "create_extended_attention_mask_for_decoder"
+    helpers = {  # attribute name: (its 4.57 code, {name called in that code: the attribute it stands for})
+        "get_head_mask": (get_head_mask, {"convert_head_mask_to_5d": "_convert_head_mask_to_5d"}),
+        "_convert_head_mask_to_5d": (convert_head_mask_to_5d, {}),
+        "get_extended_attention_mask": (get_extended_attention_mask, {decoder_mask: decoder_mask}),
+        "invert_attention_mask": (invert_attention_mask, {}),
+        "estimate_tokens": (estimate_tokens, {}),
+        "floating_point_ops": (floating_point_ops, {"estimate_tokens": "estimate_tokens"}),
+        "_tie_or_clone_weights": (tie_or_clone_weights, {}),
+    }
+    methods = {name: _helper(name, function, calls) for name, (function, calls) in helpers.items()}
+    methods[decoder_mask] = _free_helper(create_extended_attention_mask_for_decoder)
+    for name, (_, calls) in helpers.items():  # what a helper calls is defined with it
+        methods[name] += "".join("\n\n" + methods[called] for called in calls.values())
+    reads = tuple(name for name in removed if name not in methods)
+    edited = _rewrite_calls(sources, methods, reads, static=(decoder_mask,))
+    return edited, "calls the v4 model methods through helpers: the model's own on transformers 4, 4.57's code on 5"
+
+
+def _free_helper(function) -> str:
+    return inspect.getsource(function).replace(f"def {function.__name__}(", f"def _v4_{function.__name__}(", 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# DynamicCache.from_legacy_cache / Cache.to_legacy_cache
+
+
+_LEGACY_HELPERS = {
+    "from_legacy_cache": """def _v4_from_legacy_cache(cache_class, past_key_values):
+    # transformers 5 removed Cache.from_legacy_cache: 4.x's own where it exists, else the cache built layer by layer
+    if hasattr(cache_class, "from_legacy_cache"):
+        return cache_class.from_legacy_cache(past_key_values)
+    cache = cache_class()
+    for layer_idx, (key_states, value_states) in enumerate(past_key_values or ()):
+        cache.update(key_states, value_states, layer_idx)
+    return cache
+""",
+    "to_legacy_cache": """def _v4_to_legacy_cache(cache):
+    # transformers 5 removed Cache.to_legacy_cache: 4.x's own where it exists, else each layer's (keys, values)
+    if hasattr(cache, "to_legacy_cache"):
+        return cache.to_legacy_cache()
+    return tuple((layer.keys, layer.values) for layer in cache.layers)
+""",
+}
+
+
+def from_legacy_cache(cls, past_key_values):
+    """4.57's ``DynamicCache.from_legacy_cache``: a cache holding each layer's (keys, values) of the tuple."""
+    cache = cls()
+    for layer_idx, (key_states, value_states) in enumerate(past_key_values or ()):
+        cache.update(key_states, value_states, layer_idx)
+    return cache
+
+
+def to_legacy_cache(self):
+    """4.57's ``Cache.to_legacy_cache``: each layer's (keys, values), as a tuple."""
+    return tuple((layer.keys, layer.values) for layer in self.layers)
+
+
+def _legacy_cache_native() -> bool:
+    from transformers import DynamicCache
+
+    return hasattr(DynamicCache, "from_legacy_cache") and hasattr(DynamicCache, "to_legacy_cache")
+
+
+@workaround(
+    "v4-legacy-cache",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code that converts its cache with DynamicCache.from_legacy_cache / to_legacy_cache (4.3x-4.5x "
+    "style; transformers 5 removed both): given back to transformers' cache classes with 4.57's meaning",
+    upstream="the model's repository (pass Cache objects through; transformers 5 has no legacy tuple format)",
+    fixes=[
+        ("AttributeError", r"type object '\w*Cache' has no attribute 'from_legacy_cache'"),
+        ("AttributeError", r"'\w*Cache' object has no attribute 'to_legacy_cache'"),
+    ],
+    native=_legacy_cache_native,
+    touches=r"\b(from_legacy_cache|to_legacy_cache)\b",
+    source_fix=lambda sources, config, model: (
+        _rewrite_legacy_cache(sources),
+        "converts legacy caches through helpers: transformers 4's own methods there, 4.57's meaning on 5",
+    ),
+)
+@contextlib.contextmanager
+def legacy_cache(path, config: dict) -> Iterator[Usage]:
+    from transformers import cache_utils
+
+    usage = Usage()
+    given = []
+    base = cache_utils.DynamicCache
+    if not hasattr(base, "from_legacy_cache"):
+        base.from_legacy_cache = classmethod(from_legacy_cache)
+        given.append("from_legacy_cache")
+    if not hasattr(cache_utils.Cache, "to_legacy_cache"):
+        cache_utils.Cache.to_legacy_cache = to_legacy_cache
+        given.append("to_legacy_cache")
+    sources = "\n".join(model_code(path))
+    usage.count = sum(sources.count(name) for name in given)
+    try:
+        yield usage
+    finally:  # transformers' own classes are given back as they were: no process-wide change outlives the block
+        if "from_legacy_cache" in given:
+            del base.from_legacy_cache
+        if "to_legacy_cache" in given:
+            del cache_utils.Cache.to_legacy_cache
+    if usage.count:
+        usage.detail = f"gave DynamicCache {' and '.join(given)} with transformers 4.57's meaning while it was active"
+
+
+def _rewrite_legacy_cache(sources: dict[str, str]) -> dict[str, str]:
+    return _rewrite_calls(sources, _LEGACY_HELPERS)
