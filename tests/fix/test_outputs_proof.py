@@ -229,3 +229,20 @@ def test_a_copy_that_runs_differently_on_5x_is_not_fixed_and_says_where(zoo_fold
     detail = result.proofs[2].detail
     assert detail.startswith(f"on transformers {TRANSFORMERS_VERSION} the patched copy's forward raised RuntimeError")
     assert "modeling_lgtoy.py:" in detail and "written for transformers 4 only" in detail
+
+
+@v5_only
+def test_without_weights_the_change_for_code_past_the_load_is_written_too(zoo_folder, compat, tmp_path):
+    """No weights, so nothing runs: the files call DynamicCache.from_legacy_cache, which this transformers lacks, so
+    the workaround's source fix is part of the change; (c) says it did not run."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in zoo_folder("v4_legacy_cache").iterdir():
+        if path.suffix != ".safetensors":
+            (bare / path.name).write_bytes(path.read_bytes())
+    result = loadguard.fix(bare, tmp_path / "fixed", trust_remote_code=True)
+    assert result.status == "fixed" and result.weightless and "v4-legacy-cache" in result.workarounds
+    assert any(c.workaround == "v4-legacy-cache" for c in result.changes)
+    code = (tmp_path / "fixed" / "modeling_lgv4cache.py").read_text()
+    assert "past_key_values = _v4_from_legacy_cache(DynamicCache, past_key_values or ())" in code
+    assert [(p.name, p.ok) for p in result.proofs][-1] == ("same_outputs", None)

@@ -36,8 +36,8 @@ from typing import Any
 from .. import _audit
 from .. import workarounds as registry
 from .._audit import load_unaudited
+from .._codemod import Refused
 from .._hf import init_weights_calls
-from .._hf import model_outputs as run_outputs
 from .._infra import remove_tree
 from .._scan import scan_with_model
 from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
@@ -181,7 +181,7 @@ def fix(
     plan = plan_fix(model, report, folder, list(needed), ran)
 
     upstream = upstream_patch(model, report)
-    late = [] if weightless else _needed_when_run(model, report, plan, needed)
+    late = _needed_past_the_load(plan, needed, model)
     if late:  # v4 code past the load: the workarounds its forward or generate needs stand for source edits too
         needed += tuple(late)
         plan = plan_fix(model, report, folder, list(needed), ran)
@@ -260,29 +260,31 @@ def fix(
         _forget_modules(staging.name)
 
 
-def _needed_when_run(model: Any, report: Any, plan: Any, needed: tuple[str, ...]) -> list[str]:
-    """The workarounds a forward pass and a short greedy generation of the original meet (inputs built from its config;
-    the tensors the audit found wrong set right first, in memory): v4 APIs that only run past the load. Run only when
-    the model's files mention what such a workaround gives back (``touches``): nothing else can need one."""
-    sources = "\n".join(text for name, text in plan.original.items() if name.endswith(".py"))
-    config = {"_name_or_path": "", **json.loads(plan.original.get("config.json") or "{}")}
-    candidates = [
-        w
-        for w in registry.all_workarounds()
-        if w.stage == "before_import"
-        and w.name not in needed
-        and callable(w.source_fix)
-        and w.touches is not None
-        and w.touches([sources])
-        and w.applies(config)
-    ]
-    if not candidates:
-        return []
-    if report.failures:
-        _audit.repair(model, report)
-    crash = run_outputs(model, fixes=registry.fixes_for)["error"]
-    names = {w.name for w in candidates}
-    return [name for name in (crash or {}).get("fixes", []) if name in names]
+def _needed_past_the_load(plan: Any, needed: tuple[str, ...], model: Any) -> list[str]:
+    """The workarounds for v4 code that only breaks when it runs (in ``forward``, in ``generate``: the load never meets
+    it) that the model's files need: they call what the workaround gives back (``touches``) and the running
+    transformers does not have it (``native`` false), and its source fix finds that call to change (or refuses, naming
+    the line). Proof (c) then runs the patched copy on this transformers."""
+    sources = {name: text for name, text in plan.original.items()}
+    code = "\n".join(text for name, text in sources.items() if name.endswith(".py"))
+    config = {"_name_or_path": "", **json.loads(sources.get("config.json") or "{}")}
+    found = []
+    for name in registry.PAST_THE_LOAD:
+        item = registry.get(name)
+        if (
+            name in needed
+            or item.is_native()
+            or not (item.touches and item.touches([code]))
+            or not item.applies(config)
+        ):
+            continue
+        try:
+            changed, _ = item.source_fix(sources, config, model)
+        except Refused:  # a use it cannot rewrite: the plan says so, with its line
+            changed = {"": ""}
+        if changed:
+            found.append(name)
+    return found
 
 
 def _forget_modules(staging: str) -> None:

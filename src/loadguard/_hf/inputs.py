@@ -145,6 +145,8 @@ def _model_line(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__)
     for frame in reversed(frames):
         path = frame.filename.replace("\\", "/")
+        if path.startswith("<"):  # <frozen ...>, <string>: nobody's file
+            continue
         if not any(f"/{package}/" in path for package in ("torch", "transformers", "loadguard", "accelerate")):
             return f"{path.rsplit('/', 1)[-1]}:{frame.lineno}"
     return ""

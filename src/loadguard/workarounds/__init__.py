@@ -88,9 +88,11 @@ with registering_from(BUILT_IN):  # the built-ins depend on the registry only; r
         v4_onnx,
         v4_runtime,
     )
+from .v4_runtime import PAST_THE_LOAD
 
 __all__ = [
     "AUTO",
+    "PAST_THE_LOAD",
     "BUILT_IN",
     "CONSTRUCTION_ATTRIBUTE",
     "ENTRY_POINT_GROUP",

@@ -16,6 +16,10 @@ from collections.abc import Iterator
 from ._registry import Usage, model_code, workaround
 from .remote_code import has_remote_code
 
+PAST_THE_LOAD = ("v4-model-attributes", "v4-legacy-cache")
+"""The workarounds for v4 APIs that code calls when it runs (``forward``, ``generate``), which a load never meets:
+``loadguard fix`` writes their source fix when the files call what they give back and this transformers lacks it."""
+
 # ----------------------------------------------------------------------------------------------------------------
 # model methods transformers 5 removed, with 4.57's meaning
 
@@ -218,6 +222,16 @@ _LEGACY_HELPERS = {
         cache.update(key_states, value_states, layer_idx)
     return cache
 """,
+    "get_usable_length": """def _v4_get_usable_length(cache, new_seq_length, layer_idx=0):
+    # transformers 4.57 removed Cache.get_usable_length: 4.x's own where it exists, else what 4.4x computed
+    if hasattr(cache, "get_usable_length"):
+        return cache.get_usable_length(new_seq_length, layer_idx)
+    max_length = cache.get_max_length() if hasattr(cache, "get_max_length") else None
+    previous_seq_length = cache.get_seq_length(layer_idx)
+    if max_length is not None and max_length > 0 and previous_seq_length + new_seq_length > max_length:
+        return max_length - new_seq_length
+    return previous_seq_length
+""",
     "to_legacy_cache": """def _v4_to_legacy_cache(cache):
     # transformers 5 removed Cache.to_legacy_cache: 4.x's own where it exists, else each layer's (keys, values)
     if hasattr(cache, "to_legacy_cache"):
@@ -240,25 +254,34 @@ def to_legacy_cache(self):
     return tuple((layer.keys, layer.values) for layer in self.layers)
 
 
+def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
+    """4.4x's ``Cache.get_usable_length`` (removed in 4.57): the cached length a new chunk can attend to."""
+    max_length = self.get_max_length() if hasattr(self, "get_max_length") else None
+    previous_seq_length = self.get_seq_length(layer_idx)
+    if max_length is not None and max_length > 0 and previous_seq_length + new_seq_length > max_length:
+        return max_length - new_seq_length
+    return previous_seq_length
+
+
 def _legacy_cache_native() -> bool:
     from transformers import DynamicCache
 
-    return hasattr(DynamicCache, "from_legacy_cache") and hasattr(DynamicCache, "to_legacy_cache")
+    return all(hasattr(DynamicCache, name) for name in ("from_legacy_cache", "to_legacy_cache", "get_usable_length"))
 
 
 @workaround(
     "v4-legacy-cache",
     applies_to=has_remote_code,
     stage="before_import",
-    reason="remote code that converts its cache with DynamicCache.from_legacy_cache / to_legacy_cache (4.3x-4.5x "
-    "style; transformers 5 removed both): given back to transformers' cache classes with 4.57's meaning",
+    reason="remote code that converts its cache with DynamicCache.from_legacy_cache / to_legacy_cache, or asks it "
+    "get_usable_length (4.3x-4.5x style; transformers 5 removed them): given back to transformers' cache classes with 4.57's meaning",
     upstream="the model's repository (pass Cache objects through; transformers 5 has no legacy tuple format)",
     fixes=[
         ("AttributeError", r"type object '\w*Cache' has no attribute 'from_legacy_cache'"),
-        ("AttributeError", r"'\w*Cache' object has no attribute 'to_legacy_cache'"),
+        ("AttributeError", r"'\w*Cache' object has no attribute '(to_legacy_cache|get_usable_length)'"),
     ],
     native=_legacy_cache_native,
-    touches=r"\b(from_legacy_cache|to_legacy_cache)\b",
+    touches=r"\b(from_legacy_cache|to_legacy_cache|get_usable_length)\b",
     source_fix=lambda sources, config, model: (
         _rewrite_legacy_cache(sources),
         "converts legacy caches through helpers: transformers 4's own methods there, 4.57's meaning on 5",
@@ -274,18 +297,17 @@ def legacy_cache(path, config: dict) -> Iterator[Usage]:
     if not hasattr(base, "from_legacy_cache"):
         base.from_legacy_cache = classmethod(from_legacy_cache)
         given.append("from_legacy_cache")
-    if not hasattr(cache_utils.Cache, "to_legacy_cache"):
-        cache_utils.Cache.to_legacy_cache = to_legacy_cache
-        given.append("to_legacy_cache")
+    for name, method in (("to_legacy_cache", to_legacy_cache), ("get_usable_length", get_usable_length)):
+        if not hasattr(cache_utils.Cache, name):
+            setattr(cache_utils.Cache, name, method)
+            given.append(name)
     sources = "\n".join(model_code(path))
     usage.count = sum(sources.count(name) for name in given)
     try:
         yield usage
     finally:  # transformers' own classes are given back as they were: no process-wide change outlives the block
-        if "from_legacy_cache" in given:
-            del base.from_legacy_cache
-        if "to_legacy_cache" in given:
-            del cache_utils.Cache.to_legacy_cache
+        for name in given:
+            delattr(base if name == "from_legacy_cache" else cache_utils.Cache, name)
     if usage.count:
         usage.detail = f"gave DynamicCache {' and '.join(given)} with transformers 4.57's meaning while it was active"
 
