@@ -11,7 +11,8 @@ For each source folder (its ``*.py`` files and ``config.json``; nothing else is 
    torch leaked is given them there (the environments have this torch, not the one it was written for);
 3. on the running transformers, ``loadguard fix --workaround auto`` with the weights, and again without them;
 4. the independent check: a plain ``from_pretrained`` of each fixed copy (the weightless one given the checkpoint),
-   leftover memory NaN / INT_MAX through torch's own switches, no workaround, compared tensor by tensor with the truth.
+   leftover memory NaN / INT_MAX through torch's own switches, no workaround, compared tensor by tensor with the truth;
+   then its forward pass and 8 greedy tokens (inputs built from the config) against the original's on that 4.x.
 
 Prints one line per model and writes ``WORKDIR/results.json``. Nothing of the published code is kept in this project:
 the source folders are read where they are.
@@ -31,7 +32,7 @@ SIZES = {
     ("hidden_size", "n_embd", "d_model"): 128,  # MiniCPM-V's resampler has hidden_size // 128 heads
     ("num_attention_heads", "n_head", "n_heads"): 4,
     ("num_key_value_heads", "multi_query_group_num", "n_kv_heads", "kv_n_heads"): 2,
-    ("kv_channels", "head_dim"): 16,
+    ("kv_channels", "head_dim"): 32,  # hidden_size / num_attention_heads: code that splits by hidden_size needs it
     ("intermediate_size", "ffn_hidden_size", "n_inner"): 128,
     ("moe_intermediate_size",): 32,
     ("n_routed_experts", "num_experts"): 4,
@@ -109,6 +110,10 @@ with using(["remote-code-typing-aliases"], folder):  # one block: remote modules
     loaded = cls.from_pretrained(folder, trust_remote_code=True).eval()
 named = all_tensors(loaded)
 torch.save({k: v.detach().clone() for k, v in named.items() if not v.is_meta}, sys.argv[2])
+from loadguard._hf import model_outputs  # inputs built from the config; plain forward and generate, no audit
+
+seen = model_outputs(loaded)
+torch.save({"values": seen["values"], "tokens": seen["tokens"], "error": seen["error"], "part": seen["part"]}, sys.argv[3])
 print(json.dumps({"class": type(loaded).__name__, "auto": cls.__name__, "tensors": len(named)}))
 """
 )
@@ -118,7 +123,7 @@ CHECK = (
     + r"""
 import json, sys, torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-folder, truth_path, auto = sys.argv[1], sys.argv[2], sys.argv[3]
+folder, truth_path, auto, outputs_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 torch.use_deterministic_algorithms(True, warn_only=True)
 torch.utils.deterministic.fill_uninitialized_memory = True
 cls = {"AutoModel": AutoModel, "AutoModelForCausalLM": AutoModelForCausalLM}[auto]
@@ -138,7 +143,26 @@ for name, value in truth.items():
         value.is_floating_point() and torch.allclose(got.detach().to(value.dtype), value, rtol=1e-6, atol=1e-7, equal_nan=True)
     ):
         wrong.append(name)
-print(json.dumps({"loads": True, "wrong": sorted(wrong)[:12], "wrong_count": len(wrong), "tensors": len(truth)}))
+from loadguard._hf import model_outputs
+
+reference, seen = torch.load(outputs_path, weights_only=False), model_outputs(model.eval())
+if reference["error"] or reference["values"] is None:
+    outputs = f"no reference: the original on 4.x {reference['error'] or 'gave no tensor'}"
+elif seen["error"] or seen["values"] is None:
+    outputs = f"differ: on 5.x {seen['error'] or 'no tensor'}"
+else:
+    a, b = reference["values"], seen["values"]
+    if a.shape != b.shape:
+        outputs = f"differ: shape {tuple(b.shape)} vs {tuple(a.shape)}"
+    else:
+        gap = float((a.log_softmax(-1) - b.log_softmax(-1)).abs().nan_to_num(float("inf")).max())
+        same_tokens = reference["tokens"] == seen["tokens"]
+        outputs = (
+            f"equal (max |diff| of logprobs {gap:.3g}; {len(seen['tokens'] or [])} greedy tokens the same)"
+            if gap <= 1e-4 and same_tokens
+            else f"differ (max |diff| of logprobs {gap:.3g}; tokens {seen['tokens']} vs {reference['tokens']})"
+        )
+print(json.dumps({"loads": True, "wrong": sorted(wrong)[:12], "wrong_count": len(wrong), "tensors": len(truth), "outputs": outputs}))
 """
 )
 
@@ -193,7 +217,14 @@ def main() -> None:
             if not environment.ok:
                 continue
             compat = {**os.environ, "HF_MODULES_CACHE": str(base / f"hf_modules_{version}"), "HF_HUB_OFFLINE": "1"}
-            command = [str(environment.python), "-c", BUILD, str(original), str(base / "truth.pt")]
+            command = [
+                str(environment.python),
+                "-c",
+                BUILD,
+                str(original),
+                str(base / "truth.pt"),
+                str(base / "outputs.pt"),
+            ]
             code, out, err = run(command, compat)
             built = last_json(out)
             if built:
@@ -207,7 +238,10 @@ def main() -> None:
             continue
         row["class"], auto = built["class"], built["auto"]
         row["original"] = last_json(
-            run([sys.executable, "-c", CHECK, str(original), str(base / "truth.pt"), auto], current)[1]
+            run(
+                [sys.executable, "-c", CHECK, str(original), str(base / "truth.pt"), auto, str(base / "outputs.pt")],
+                current,
+            )[1]
         )
         bare = base / "bare"
         shutil.copytree(original, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.index.json", ".saved"))
@@ -243,7 +277,18 @@ def main() -> None:
                     if not (out_folder / weights.name).exists():
                         shutil.copy(weights, out_folder / weights.name)
                 entry["check"] = last_json(
-                    run([sys.executable, "-c", CHECK, str(out_folder), str(base / "truth.pt"), auto], current)[1]
+                    run(
+                        [
+                            sys.executable,
+                            "-c",
+                            CHECK,
+                            str(out_folder),
+                            str(base / "truth.pt"),
+                            auto,
+                            str(base / "outputs.pt"),
+                        ],
+                        current,
+                    )[1]
                 )
             row[label] = entry
         results.append(row)

@@ -226,7 +226,10 @@ _LEGACY_HELPERS = {
     # transformers 4.57 removed Cache.get_usable_length: 4.x's own where it exists, else what 4.4x computed
     if hasattr(cache, "get_usable_length"):
         return cache.get_usable_length(new_seq_length, layer_idx)
-    max_length = cache.get_max_length() if hasattr(cache, "get_max_length") else None
+    try:  # 5.x: per layer, -1 where it has no bound (a dynamic cache); 4.57 has none
+        max_length = cache.get_max_length(layer_idx) if hasattr(cache, "get_max_length") else None
+    except (TypeError, ValueError):
+        max_length = None
     previous_seq_length = cache.get_seq_length(layer_idx)
     if max_length is not None and max_length > 0 and previous_seq_length + new_seq_length > max_length:
         return max_length - new_seq_length
@@ -256,7 +259,10 @@ def to_legacy_cache(self):
 
 def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
     """4.4x's ``Cache.get_usable_length`` (removed in 4.57): the cached length a new chunk can attend to."""
-    max_length = self.get_max_length() if hasattr(self, "get_max_length") else None
+    try:  # 5.x: per layer, -1 where it has no bound (a dynamic cache)
+        max_length = self.get_max_length(layer_idx) if hasattr(self, "get_max_length") else None
+    except (TypeError, ValueError):
+        max_length = None
     previous_seq_length = self.get_seq_length(layer_idx)
     if max_length is not None and max_length > 0 and previous_seq_length + new_seq_length > max_length:
         return max_length - new_seq_length
