@@ -18,8 +18,7 @@ import torch
 from .. import _audit
 from .. import workarounds as registry
 from .._hf import describe_crash, model_outputs
-from ..errors import fixes_hint
-from ..report import AuditReport, Check, CheckSummary, Finding, Status
+from ..report import AuditReport, Check, CheckSummary, Finding, Status, WorkaroundStatus
 
 REBUILT = "wrong after load, rebuilt before use"
 
@@ -42,9 +41,9 @@ def check_run(model, report: AuditReport, how: str = "api") -> AuditReport:
     crash = seen["error"]
     if crash:
         fixes = [name for name in crash.get("fixes", []) if name not in _applied(report)]
-        hint = f"; {fixes_hint(fixes, how)}" if fixes else ""
+        hint = f"; code written for transformers 4 calls what this one removed: {_GIVE[how](fixes)}" if fixes else ""
         cause = (
-            "; tensors above are wrong as loaded, and the crash may be theirs: run it repaired (--repair --forward)"
+            f"; tensors above are wrong as loaded, and the crash may be theirs: {_REPAIRED[how]}"
             if report.failures
             else ""
         )
@@ -57,7 +56,7 @@ def check_run(model, report: AuditReport, how: str = "api") -> AuditReport:
                 "",
                 (),
                 "",
-                f"{describe_crash(crash)}{where}{hint}{cause}",
+                f"{describe_crash({**crash, 'fixes': []})}{where}{hint}{cause}",
                 location=crash.get("line") or None,
             )
         )
@@ -68,8 +67,22 @@ def check_run(model, report: AuditReport, how: str = "api") -> AuditReport:
     return dataclasses.replace(report, findings=tuple(findings), checks=(*report.checks, summary))
 
 
+_GIVE = {  # workarounds="auto" answers only failures met while loading: these are named
+    "cli": lambda names: (
+        f"run again with {' '.join(f'--workaround {name}' for name in names)}, or take `loadguard fix`"
+    ),
+    "pytest": lambda names: f"mark the test @pytest.mark.loadguard(workarounds={names!r}), or take `loadguard fix`",
+    "api": lambda names: f"pass workarounds={names!r}, or take loadguard.fix",
+}
+_REPAIRED = {
+    "cli": "run it repaired (--repair --forward)",
+    "pytest": "run it repaired (--loadguard=repair)",
+    "api": "run it repaired (loadguard.repair(model, report), then check_run)",
+}
+
+
 def _applied(report: AuditReport) -> set[str]:
-    return {getattr(o, "name", "") for o in report.workarounds}
+    return {o.name for o in report.workarounds if getattr(o, "status", None) == WorkaroundStatus.APPLIED}
 
 
 def _said(seen: dict) -> str:
