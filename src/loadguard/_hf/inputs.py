@@ -255,10 +255,28 @@ def _greedy(model: Any, kwargs: dict[str, Any], new_tokens: int, fixes: Any) -> 
 
     ids = kwargs.get("input_ids")
     if ids is None:
-        return None, {"stage": "generate", "type": "", "message": "no input_ids", "line": "", "missing": ""}
+        return None, {
+            "stage": "generate",
+            "type": "",
+            "message": "no input_ids",
+            "line": "",
+            "missing": "",
+            "fixes": [],
+        }
     text = _text_config(model.config)
+    vocab = int(getattr(text, "vocab_size", 0) or getattr(model.config, "vocab_size", 0) or 0)
+    generation = getattr(model, "generation_config", None)
+    eos = getattr(generation, "eos_token_id", None)
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    # an end-of-sequence id the vocabulary does not hold (a config shrunk for a test) would make min_new_tokens index
+    # past the logits: then no minimum, and the tokens compared are those both sides generate before they stop
+    bounded = {"min_new_tokens": new_tokens} if not vocab or all(0 <= e < vocab for e in eos) else {}
     pad = next(
-        (v for v in (getattr(text, "pad_token_id", None), getattr(text, "eos_token_id", None)) if isinstance(v, int)),
+        (
+            v
+            for v in (getattr(text, "pad_token_id", None), getattr(text, "eos_token_id", None))
+            if isinstance(v, int) and (not vocab or 0 <= v < vocab)
+        ),
         0,
     )
     extra = {k: v[:1] for k, v in kwargs.items() if k not in ("input_ids", "use_cache") and torch.is_tensor(v)}
@@ -268,7 +286,7 @@ def _greedy(model: Any, kwargs: dict[str, Any], new_tokens: int, fixes: Any) -> 
                 input_ids=ids[:1],
                 **extra,
                 max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
+                **bounded,
                 do_sample=False,
                 num_beams=1,
                 pad_token_id=pad,
