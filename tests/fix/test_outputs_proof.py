@@ -246,3 +246,16 @@ def test_without_weights_the_change_for_code_past_the_load_is_written_too(zoo_fo
     code = (tmp_path / "fixed" / "modeling_lgv4cache.py").read_text()
     assert "past_key_values = _v4_from_legacy_cache(DynamicCache, past_key_values or ())" in code
     assert [(p.name, p.ok) for p in result.proofs][-1] == ("same_outputs", None)
+
+
+def test_a_model_that_runs_on_neither_release_is_not_compared_not_failed():
+    crash = {
+        "stage": "forward",
+        "type": "RuntimeError",
+        "message": "bad shape",
+        "line": "m.py:3",
+        "missing": "",
+        "fixes": [],
+    }
+    ok, detail, _ = compare_outputs(side(error=crash), side(error=crash), "4.25.1", "5.25.0")
+    assert ok is None and detail.startswith("not compared: it does not run on either release: on 4.25.1")
