@@ -111,8 +111,12 @@ def test_nothing_to_compare_against_is_said_never_passed():
         None,
         "not run: proof (b) took no outputs of the original on transformers 4.57.6",
     )
-    proof = same_outputs(side(), side(), "4.57.6", "5.25.0", weightless=True)
-    assert (proof.ok, proof.weightless) == (None, True)
+    proof = same_outputs(side(not_built="9 parameters are too many"), side(), "4.57.6", "5.25.0", weightless=True)
+    assert (proof.ok, proof.weightless, proof.detail) == (
+        None,
+        True,
+        "not run: without weights, 9 parameters are too many",
+    )
 
 
 def test_token_ids_avoid_every_id_the_config_reserves():
@@ -233,8 +237,8 @@ def test_a_copy_that_runs_differently_on_5x_is_not_fixed_and_says_where(zoo_fold
 
 @v5_only
 def test_without_weights_the_change_for_code_past_the_load_is_written_too(zoo_folder, compat, tmp_path):
-    """No weights, so nothing runs: the files call DynamicCache.from_legacy_cache, which this transformers lacks, so
-    the workaround's source fix is part of the change; (c) says it did not run."""
+    """No weights: the files call DynamicCache.from_legacy_cache, which this transformers lacks, so the workaround's
+    source fix is part of the change; (c) runs both built from the config with the same synthetic weights."""
     bare = tmp_path / "bare"
     bare.mkdir()
     for path in zoo_folder("v4_legacy_cache").iterdir():
@@ -245,7 +249,7 @@ def test_without_weights_the_change_for_code_past_the_load_is_written_too(zoo_fo
     assert any(c.workaround == "v4-legacy-cache" for c in result.changes)
     code = (tmp_path / "fixed" / "modeling_lgv4cache.py").read_text()
     assert "past_key_values = _v4_from_legacy_cache(DynamicCache, past_key_values or ())" in code
-    assert [(p.name, p.ok) for p in result.proofs][-1] == ("same_outputs", None)
+    assert [(p.name, p.ok, p.weightless) for p in result.proofs][-1] == ("same_outputs", True, True)
 
 
 def test_a_model_that_runs_on_neither_release_is_not_compared_not_failed():

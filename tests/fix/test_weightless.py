@@ -44,9 +44,12 @@ def test_a_folder_without_weights_gets_the_same_patch_proven_without_weights(zoo
     assert [(p.name, p.ok, p.weightless) for p in result.proofs] == [
         ("loads_right", True, True),
         ("unchanged_before_v5", True, True),
-        ("same_outputs", None, True),  # outputs need weights: said, and the status rests on (a) and (b)
+        ("same_outputs", True, True),  # both built from the config with the same synthetic weights
     ]
-    assert result.proofs[2].detail == "not run: no weights (outputs need the model's weights)"
+    assert "no checkpoint: both built from the config, every parameter given the same synthetic values" in (
+        result.proofs[2].detail
+    )
+    assert result.proofs[2].measured["tokens_patched"] == result.proofs[2].measured["tokens_original"]
     assert "without weights" in result.proofs[0].detail
     assert "4 buffers and tensor attributes bit-identical" in result.proofs[1].detail
     assert "36 parameters of the same names, shapes and dtypes" in result.proofs[1].detail

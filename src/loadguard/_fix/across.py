@@ -136,14 +136,21 @@ def same_outputs(before: dict | None, after: dict | str, old: str, new: str, wei
     """(c) as a proof row: ``before`` the original's outputs on ``old`` (proof (b)'s release; None: it took none),
     ``after`` the patched copy's on ``new`` (a string: why there are none)."""
     name = "same_outputs"
-    if weightless:
-        return Proof(name, new, None, "not run: no weights (outputs need the model's weights)", True)
     if isinstance(after, str):
-        return Proof(name, new, None, f"not run: {after}")
+        return Proof(name, new, None, f"not run: {after}", weightless)
     if before is None:
-        return Proof(name, new, None, f"not run: proof (b) took no outputs of the original on transformers {old}")
+        return Proof(
+            name, new, None, f"not run: proof (b) took no outputs of the original on transformers {old}", weightless
+        )
+    unbuilt = before.get("not_built") or after.get("not_built")
+    if unbuilt:
+        return Proof(name, f"{new} vs {old}", None, f"not run: without weights, {unbuilt}", weightless)
     ok, detail, measured = compare_outputs(before, after, old, new)
-    notes = []
+    notes = (
+        ["no checkpoint: both built from the config, every parameter given the same synthetic values on both sides"]
+        if weightless
+        else []
+    )
     if after.get("part") and before.get("part") == after.get("part"):
         notes.append(
             f"compared on its sub-model {after['part']} alone: the whole model's forward requires "
@@ -160,7 +167,7 @@ def same_outputs(before: dict | None, after: dict | str, old: str, new: str, wei
             "them (what the change leaves for a person)"
         )
     detail += f" ({'; '.join(notes)})" if notes else ""
-    return Proof(name, f"{new} vs {old}", ok, detail, measured=measured)
+    return Proof(name, f"{new} vs {old}", ok, detail, weightless, measured)
 
 
 __all__ = ["TOLERANCE", "compare_outputs", "same_outputs"]

@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from .._audit import audit, load_unaudited, repair
-from .._hf import init_weights_calls
+from .._hf import init_weights_calls, synthetic
 from .._hf import model_outputs as run_outputs
 from .._infra import envs, forks, plural, procs
 from .._scan import scan
@@ -126,14 +126,25 @@ def _run_prove(command: list[str], env: dict, timeout: float = 900) -> dict:
     return document
 
 
-def _audit_patched(arguments: tuple[str, str | None, bool, bool]) -> dict:
+def _synthetic_outputs(folder: str, class_name: str | None) -> dict:
+    """Without weights, proof (c)'s 5.x side: the patched copy built from its config (no workaround) with the synthetic
+    weights the 4.x side gives the original, its forward and greedy tokens."""
+    try:
+        model, why = synthetic(folder, class_name)
+    except Exception as error:  # the model's own construction failed: (c) says so
+        return {"not_built": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]}
+    return {"not_built": why} if model is None else {**run_outputs(model, fixes=fixes_for), "synthetic": True}
+
+
+def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
     """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
     leftover memory poisoned, no workaround, then audited; without weights, the same load predicted by a scan."""
 
-    folder, auto_class, weightless, taken = arguments
+    folder, auto_class, weightless, taken, class_name = arguments
     try:
         if weightless:
-            return scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
+            document = scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
+            return {**document, "outputs": _synthetic_outputs(folder, class_name)} if taken else document
         with init_weights_calls() as called:
             model, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
     except LoadguardError as error:
@@ -152,13 +163,21 @@ def _audit_patched(arguments: tuple[str, str | None, bool, bool]) -> dict:
     }
 
 
-def run_patched(staging: Path, auto_class: str | None, weightless: bool = False, outputs: bool = True) -> dict:
+def run_patched(
+    staging: Path,
+    auto_class: str | None,
+    weightless: bool = False,
+    outputs: bool = True,
+    class_name: str | None = None,
+) -> dict:
     """The patched copy loaded in a child process with leftover memory poisoned and no workaround, audited (``weightless``:
     its load as a scan predicts it): the audit's document, and under ``"outputs"`` the copy's outputs on this
     transformers (:func:`loadguard._hf.inputs.model_outputs`: proof (c)'s side; absent without weights or without a fork, or
     when not ``outputs``)."""
     if forks.available():
-        (outcome,) = forks.run(_audit_patched, [(str(staging), auto_class, weightless, outputs)], timeout=1800)
+        (outcome,) = forks.run(
+            _audit_patched, [(str(staging), auto_class, weightless, outputs, class_name)], timeout=1800
+        )
         document = outcome.value if outcome.ok else {"error": f"the process loading it failed: {outcome.error}"}
     else:  # no fork (Windows): a fresh interpreter
         command = [
@@ -352,7 +371,7 @@ def _unchanged_before_v5(
             f"built from the config without weights: {document['valued']} buffers and tensor attributes bit-identical "
             f"to the original's, {document['tensors'] - document['valued']} parameters of the same names, shapes and "
             f"dtypes ({document.get('class', class_name)}); no forward pass without weights",
-        ), None
+        ), seen
     return proof(
         document["transformers"],
         True,

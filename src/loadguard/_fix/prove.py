@@ -27,6 +27,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from .._hf import class_for, synthetic
 from .._hf import model_outputs as outputs
 
 
@@ -40,23 +41,6 @@ def _tensors(model) -> dict:
             if isinstance(value, torch.Tensor):
                 named.setdefault(f"{prefix}.{key}" if prefix else key, value)
     return named
-
-
-def _class_for(config, class_name: str | None):
-    """The class that loads the model: the auto class whose ``auto_map`` entry names ``class_name`` (the one the 5.x
-    side loaded), transformers' own class of that name, else the causal-LM entry of ``auto_map``, else ``AutoModel``."""
-    import transformers
-
-    auto_map = getattr(config, "auto_map", None) or {}
-    if class_name:
-        for auto, reference in auto_map.items():
-            if str(reference).rpartition(".")[2] == class_name and hasattr(transformers, auto):
-                return getattr(transformers, auto)
-        if hasattr(transformers, class_name):
-            return getattr(transformers, class_name)
-    if "AutoModelForCausalLM" in auto_map or not auto_map:
-        return transformers.AutoModelForCausalLM
-    return transformers.AutoModel
 
 
 def _same_bits(a, b) -> bool:
@@ -76,7 +60,7 @@ def _load(folder: str, workarounds: list[str] | None = None, class_name: str | N
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)  # config classes import nothing of the model
-    cls = _class_for(config, class_name)
+    cls = class_for(config, class_name)
     if workarounds:
         from loadguard.workarounds import using
 
@@ -162,6 +146,7 @@ def compare(
             "differ_count": len(differ),
             "forward": "not compared: no weights (parameters compared by name, shape and dtype)",
             "repaired": [],
+            **({"outputs": _synthetic_outputs(original, workarounds, class_name, values_file)} if values_file else {}),
         }
     # the original's forward and greedy tokens are proof (c)'s reference; the patched copy's forward is (b)'s. A tensor
     # the original loads wrong here too is set as its code computes it first (what the patched copy holds, checked above)
@@ -201,6 +186,27 @@ def compare(
         "repaired": repaired,
         "outputs": seen,
     }
+
+
+def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_file: str) -> dict:
+    """Proof (c)'s reference without weights: the original built from its config with synthetic weights (the same
+    values the other side gives the patched copy), its forward and greedy tokens."""
+    import torch
+
+    context = None
+    if workarounds:
+        from loadguard.workarounds import using
+
+        context = using(workarounds, folder)
+    model, why = synthetic(folder, class_name, context)
+    if model is None:
+        return {"not_built": why}
+    seen = outputs(model)
+    values = seen.pop("values")
+    if isinstance(values, torch.Tensor):
+        torch.save(values.contiguous(), values_file)
+        seen["values_sha256"] = hashlib.sha256(Path(values_file).read_bytes()).hexdigest()
+    return {**seen, "synthetic": True}
 
 
 def _forget_modules(*names: str) -> None:

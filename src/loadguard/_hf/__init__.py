@@ -11,7 +11,15 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "inputs": ("describe_crash", "model_inputs", "model_outputs", "prompt_ids", "token_ids"),
+        "inputs": (
+            "class_for",
+            "describe_crash",
+            "model_inputs",
+            "model_outputs",
+            "prompt_ids",
+            "synthetic",
+            "token_ids",
+        ),
         "noise": ("explaining",),
         "offload": ("Offloaded",),
         "origins": ("named", "recording"),

@@ -388,7 +388,7 @@ def _print_one(result, out, err) -> None:
         err.print("Warning: written with --no-verify: not proven on either side of v5", highlight=False)
     if result.weightless:
         err.print(
-            "Note: no weights: the findings are a scan's, proofs (a) and (b) ran without weights and (c) (outputs) did not run",
+            "Note: no weights: the findings are a scan's and the proofs ran without weights ((c): synthetic weights on both sides)",
             highlight=False,
         )
     if result.out:
