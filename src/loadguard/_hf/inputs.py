@@ -338,11 +338,14 @@ def synthetic(folder: str, class_name: str | None = None, context: Any = None) -
 
     with context if context is not None else contextlib.nullcontext():
         with init_empty_weights(include_buffers=False):
-            count = sum(p.numel() for p in build().parameters())
+            empty = build()
+        count = sum(p.numel() for p in empty.parameters())
         if count > MAX_SYNTHETIC:
             return None, f"{count:,} parameters are too many to build without weights here (at most {MAX_SYNTHETIC:,})"
+        # the class the auto class resolved (remote code given GenerationMixin as from_pretrained gives it), built
+        # once more: a second from_config would find the class registered and skip that step
         torch.manual_seed(0)
-        model = build().eval()
+        model = type(empty)._from_config(config).eval()
     fill(model)
     return model, ""
 
