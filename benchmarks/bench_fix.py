@@ -6,6 +6,8 @@
 The target (issue 34): a fix of a model costs at most 2x its audit plus one run in the transformers 4.57 environment.
 Without weights (issue 44: the same folder, its checkpoint removed): a weightless fix costs at most 1.5x a weightless
 scan plus one weightless run in the 4.57 environment.
+Proof (c) (issue 46: the patched copy's outputs on 5.x against the original's on 4.x) adds at most one forward pass and
+8 greedy tokens per side: ``loadguard.fix`` with it and without it (``prove_outputs=False``), side by side.
 Each is measured as a user runs it, in a fresh process, one after the other in this run: ``loadguard audit``,
 ``python -m loadguard._fix.prove`` (the 4.57 run: two loads and a comparison) and ``loadguard fix``. The 4.57
 environment is built (or found) once before any timing.
@@ -90,6 +92,7 @@ def main() -> None:
 
             _machine.record(f"fix {name} / (2 audit + 4.57 run)", fix / (2 * audit + compat), unit="x")
             weightless(name, folder, Path(scratch), environment, compat_env, options.repeat)
+            outputs_proof(name, folder, Path(scratch), options.repeat)
     print("(medians of", options.repeat, "runs each, alternating; a ratio <= 1.00 meets the target)")
 
 
@@ -115,6 +118,23 @@ def weightless(name: str, folder: Path, scratch: Path, environment, compat_env: 
     import _machine
 
     _machine.record(f"weightless fix {name} / (1.5 scan + 4.57 run)", ratio, unit="x")
+
+
+def outputs_proof(name: str, folder: Path, scratch: Path, repeat: int) -> None:
+    """``loadguard.fix`` with proof (c) and without it, alternating, each in a fresh process."""
+    timed = {True: [], False: []}
+    for attempt in range(repeat):
+        for proven in (True, False):
+            out = scratch / f"{name}-c{int(proven)}-{attempt}"
+            code = f"import loadguard; loadguard.fix({str(folder)!r}, {str(out)!r}, trust_remote_code=True, prove_outputs={proven})"
+            timed[proven].append(run([sys.executable, "-c", code]))
+    with_c, without = statistics.median(timed[True]), statistics.median(timed[False])
+    print(
+        f"{name + ' (c)':16} fix with (c) {with_c:.2f} s, without {without:.2f} s: with / without = {with_c / without:.2f}"
+    )
+    import _machine
+
+    _machine.record(f"fix {name} with (c) / without", with_c / without, unit="x")
 
 
 if __name__ == "__main__":
