@@ -156,10 +156,17 @@ def _model_line(error: BaseException) -> str:
     return ""
 
 
+def _raised_in(error: BaseException) -> str:
+    """Whose code raised: ``transformers`` (its own, reading something of the model's), or ``model``."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<")]
+    inner = frames[-1].filename.replace("\\", "/") if frames else ""
+    return "transformers" if "/transformers/" in inner else "model"
+
+
 def _crash(stage: str, error: BaseException, fixes: Any = None) -> dict[str, Any]:
     message = str(error).splitlines()[0] if str(error) else ""
     missing = ""
-    if isinstance(error, AttributeError):
+    if isinstance(error, AttributeError) and not message.startswith("'NoneType'"):  # a None is no missing API
         missing = getattr(error, "name", None) or (message.rsplit("'", 2)[-2] if message.count("'") >= 2 else "")
     return {
         "stage": stage,
@@ -167,6 +174,7 @@ def _crash(stage: str, error: BaseException, fixes: Any = None) -> dict[str, Any
         "message": message[:400],
         "line": _model_line(error),
         "missing": missing,
+        "raised_in": _raised_in(error),
         "fixes": list(fixes(error)) if fixes is not None else [],
     }
 
@@ -370,7 +378,11 @@ def fill(model: Any) -> None:
 def describe_crash(error: dict[str, Any]) -> str:
     """One line for a crash :func:`model_outputs` caught: where, what, and the API it looked for."""
     where = f" at {error['line']}" if error.get("line") else ""
-    looked = f" (it calls {error['missing']}, which this transformers does not have)" if error.get("missing") else ""
+    looked = ""
+    if error.get("missing") and error.get("raised_in") == "transformers":
+        looked = f" (transformers' own code asks the model's object for {error['missing']}, which its code never had)"
+    elif error.get("missing"):
+        looked = f" (it calls {error['missing']}, which this transformers does not have)"
     named = f"; workaround {', '.join(error['fixes'])} gives it back" if error.get("fixes") else ""
     return f"{error['stage']} raised {error['type']}{where}: {error['message']}{looked}{named}"
 
