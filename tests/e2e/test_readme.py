@@ -88,7 +88,7 @@ COMMANDS = [line.split("  #")[0].strip() for line in BASH if line.startswith("lo
 
 
 def test_the_command_lines_are_found():
-    assert len(COMMANDS) == 13 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
+    assert len(COMMANDS) == 14 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
     others = [line for line in BASH if not line.startswith("loadguard ")]
     assert [line.split()[0] for line in others] == ["make", "make", "pytest", "pytest"]
 
@@ -112,6 +112,7 @@ EXIT = {
     "loadguard audit ./my-model --trust-remote-code": 2,
     "loadguard audit ./my-model --trust-remote-code --workaround auto": 1,  # pos_embed, as loaded
     "loadguard audit ./my-model --trust-remote-code --workaround auto --format json": 1,
+    "loadguard audit ./my-model --trust-remote-code --workaround auto --forward": 1,  # pos_embed, then it runs
     "loadguard audit ./my-model --trust-remote-code --workaround auto --repair": 0,  # every finding repaired, the re-audit clean
     "loadguard audit ./my-model --trust-remote-code --workaround auto --repair --exit-non-zero-on-repair": 1,  # the load was broken
     "loadguard compare ./my-model --trust-remote-code --workaround auto": 1,

@@ -158,13 +158,13 @@ def test_proof_b_loads_the_class_the_5x_side_loaded():
     """The auto class whose auto_map entry names the class the transformers 5 side built (not always the causal LM)."""
     import transformers
 
-    from loadguard._fix.prove import _class_for
+    from loadguard._hf import class_for
 
     config = type("C", (), {"auto_map": {"AutoModel": "m.Encoder", "AutoModelForCausalLM": "m.CausalLM"}})()
-    assert _class_for(config, "Encoder") is transformers.AutoModel
-    assert _class_for(config, "CausalLM") is transformers.AutoModelForCausalLM
-    assert _class_for(config, None) is transformers.AutoModelForCausalLM
-    assert _class_for(type("N", (), {})(), "BertModel") is transformers.BertModel  # transformers' own class
+    assert class_for(config, "Encoder") is transformers.AutoModel
+    assert class_for(config, "CausalLM") is transformers.AutoModelForCausalLM
+    assert class_for(config, None) is transformers.AutoModelForCausalLM
+    assert class_for(type("N", (), {})(), "BertModel") is transformers.BertModel  # transformers' own class
 
 
 @v5_only
