@@ -206,7 +206,7 @@ def test_v4_code_past_the_load_is_found_fixed_and_proven_by_its_outputs(zoo_fold
 def test_a_copy_that_runs_differently_on_5x_is_not_fixed_and_says_where(zoo_folder, compat, tmp_path):
     """v4 code past the load that no workaround knows: the patched copy loads right (a) and is unchanged on 4.57 (b),
     and its forward raises on transformers 5: (c) fails with the model's line, nothing is written."""
-    folder = tmp_path / "model"
+    folder = tmp_path / "speaks_v4_only"  # a name of its own: transformers keeps a folder's modules by its name
     source = zoo_folder("np_buffer")
     folder.mkdir()
     for path in source.iterdir():

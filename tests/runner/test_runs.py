@@ -77,7 +77,7 @@ def test_a_model_that_runs_clean_passes_the_runs_check(zoo_folder, capsys):
         capsys, "audit", str(zoo_folder("clean")), "--trust-remote-code", "--forward", "--format", "json"
     )
     document = json.loads(out)
-    assert code == 0 and document["ok"] and not [f for f in document["findings"] if f["check"] == "runs"]
+    assert code == 0 and document["ok"] and not [f for f in document["findings"] if f["check"] == "runs"], out
     check = runs_check(document)
     assert (check["ran"], check["checked"], check["failed"]) == (True, 2, 0)
     assert check["reason"] == "a forward pass on attention_mask, input_ids built from the config, then 8 greedy tokens"

@@ -156,17 +156,18 @@ def _rewrite_calls(
     return edited
 
 
-def _helper(name: str, function, calls: dict[str, str]) -> str:
-    """``function``'s source as ``_v4_<name>``: 4.x's own method where the object has it, else 4.57's meaning."""
+def _helper(name: str, function, calls: dict[str, str], on_class: bool = False) -> str:
+    """``function``'s source as ``_v4_<name>``: 4.x's own method where the object (``on_class``: the class it is
+    given) has it, else 4.x's meaning; a one-line docstring is left out."""
     lines = inspect.getsource(function).splitlines()
-    body = lines[1:]
+    body = lines[2:] if lines[1].strip().startswith('"""') and lines[1].strip().endswith('"""') else lines[1:]
     head = lines[0].replace(f"def {function.__name__}(", f"def _v4_{name}(", 1)
-    first = head[head.index("(") + 1 :].split(",", 1)[0].strip()
+    first = next(iter(inspect.signature(function).parameters))
     text = "\n".join(
         [
             head,
-            f"    # transformers 5 removed {name}: 4.x's own where it exists, else what transformers 4.57 did",
-            f'    if hasattr(type({first}), "{name}"):',
+            f"    # this transformers has no {name}: 4.x's own where it exists, else what 4.x did",
+            f'    if hasattr({first if on_class else f"type({first})"}, "{name}"):',
             f"        return {first}.{name}({_arguments(function)})",
             *body,
         ]
@@ -210,38 +211,6 @@ def _free_helper(function) -> str:
 
 # ----------------------------------------------------------------------------------------------------------------
 # DynamicCache.from_legacy_cache / Cache.to_legacy_cache
-
-
-_LEGACY_HELPERS = {
-    "from_legacy_cache": """def _v4_from_legacy_cache(cache_class, past_key_values):
-    # transformers 5 removed Cache.from_legacy_cache: 4.x's own where it exists, else the cache built layer by layer
-    if hasattr(cache_class, "from_legacy_cache"):
-        return cache_class.from_legacy_cache(past_key_values)
-    cache = cache_class()
-    for layer_idx, (key_states, value_states) in enumerate(past_key_values or ()):
-        cache.update(key_states, value_states, layer_idx)
-    return cache
-""",
-    "get_usable_length": """def _v4_get_usable_length(cache, new_seq_length, layer_idx=0):
-    # transformers 4.57 removed Cache.get_usable_length: 4.x's own where it exists, else what 4.4x computed
-    if hasattr(cache, "get_usable_length"):
-        return cache.get_usable_length(new_seq_length, layer_idx)
-    try:  # 5.x: per layer, -1 where it has no bound (a dynamic cache); 4.57 has none
-        max_length = cache.get_max_length(layer_idx) if hasattr(cache, "get_max_length") else None
-    except (TypeError, ValueError):
-        max_length = None
-    previous_seq_length = cache.get_seq_length(layer_idx)
-    if max_length is not None and max_length > 0 and previous_seq_length + new_seq_length > max_length:
-        return max_length - new_seq_length
-    return previous_seq_length
-""",
-    "to_legacy_cache": """def _v4_to_legacy_cache(cache):
-    # transformers 5 removed Cache.to_legacy_cache: 4.x's own where it exists, else each layer's (keys, values)
-    if hasattr(cache, "to_legacy_cache"):
-        return cache.to_legacy_cache()
-    return tuple((layer.keys, layer.values) for layer in cache.layers)
-""",
-}
 
 
 def from_legacy_cache(cls, past_key_values):
@@ -318,5 +287,15 @@ def legacy_cache(path, config: dict) -> Iterator[Usage]:
         usage.detail = f"gave DynamicCache {' and '.join(given)} with transformers 4.57's meaning while it was active"
 
 
+def legacy_helpers() -> dict[str, str]:
+    """The helpers the legacy-cache source fix writes into a file: 4.x's own methods where the cache has them, else
+    the functions above."""
+    return {
+        "from_legacy_cache": _helper("from_legacy_cache", from_legacy_cache, {}, on_class=True),
+        "get_usable_length": _helper("get_usable_length", get_usable_length, {}),
+        "to_legacy_cache": _helper("to_legacy_cache", to_legacy_cache, {}),
+    }
+
+
 def _rewrite_legacy_cache(sources: dict[str, str]) -> dict[str, str]:
-    return _rewrite_calls(sources, _LEGACY_HELPERS)
+    return _rewrite_calls(sources, legacy_helpers())
