@@ -27,7 +27,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from .._hf import class_for, synthetic
+from .._hf import built_from_config, class_for, synthetic
 from .._hf import model_outputs as outputs
 
 
@@ -74,9 +74,7 @@ def _load(folder: str, workarounds: list[str] | None = None, class_name: str | N
         from accelerate import init_empty_weights
 
         with init_empty_weights(include_buffers=False):
-            if hasattr(cls, "from_config"):
-                return cls.from_config(config, trust_remote_code=True).eval()
-            return cls._from_config(config).eval()
+            return built_from_config(cls, config).eval()
 
 
 def _repaired_here_too(model, patched: dict, original: dict, differ: list[str]) -> list[str]:
@@ -172,9 +170,8 @@ def compare(
         forward = "equal"
     else:
         forward = f"differs (max |diff| {float((first - second).abs().nan_to_num(float('inf')).max()):.3g})"
-    if values_file and isinstance(first, torch.Tensor):
-        torch.save(first.contiguous(), values_file)
-        seen["values_sha256"] = hashlib.sha256(Path(values_file).read_bytes()).hexdigest()
+    if values_file:
+        _save_values(first, values_file, seen)
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -188,10 +185,19 @@ def compare(
     }
 
 
+def _save_values(values, values_file: str, seen: dict) -> None:
+    """The original's logits to ``values_file`` for the parent, their SHA-256 into its result (read back only when the
+    file is the one reported)."""
+    import torch
+
+    if isinstance(values, torch.Tensor):
+        torch.save(values.contiguous(), values_file)
+        seen["values_sha256"] = hashlib.sha256(Path(values_file).read_bytes()).hexdigest()
+
+
 def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_file: str) -> dict:
     """Proof (c)'s reference without weights: the original built from its config with synthetic weights (the same
     values the other side gives the patched copy), its forward and greedy tokens."""
-    import torch
 
     context = None
     if workarounds:
@@ -202,10 +208,7 @@ def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_
     if model is None:
         return {"not_built": why}
     seen = outputs(model)
-    values = seen.pop("values")
-    if isinstance(values, torch.Tensor):
-        torch.save(values.contiguous(), values_file)
-        seen["values_sha256"] = hashlib.sha256(Path(values_file).read_bytes()).hexdigest()
+    _save_values(seen.pop("values"), values_file, seen)
     return {**seen, "synthetic": True}
 
 

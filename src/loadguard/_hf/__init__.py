@@ -12,6 +12,7 @@ __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
         "inputs": (
+            "built_from_config",
             "class_for",
             "describe_crash",
             "model_inputs",

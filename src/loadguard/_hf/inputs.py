@@ -327,6 +327,14 @@ def class_for(config: Any, class_name: str | None = None):
     return transformers.AutoModel
 
 
+def built_from_config(cls: Any, config: Any):
+    """``cls`` built from ``config`` as a user builds it: an auto class through ``from_config`` (remote code trusted),
+    a model class through ``_from_config``."""
+    if hasattr(cls, "from_config"):
+        return cls.from_config(config, trust_remote_code=True)
+    return cls._from_config(config)
+
+
 def synthetic(folder: str, class_name: str | None = None, context: Any = None) -> tuple[Any, str]:
     """``(model, "")``: the model of ``folder`` built from its config (its ``__init__``, its ``_init_weights``), every
     parameter then set to values drawn from its own name (:func:`fill`): the same model on every release, without a
@@ -340,9 +348,7 @@ def synthetic(folder: str, class_name: str | None = None, context: Any = None) -
     cls = class_for(config, class_name)
 
     def build():
-        if hasattr(cls, "from_config"):
-            return cls.from_config(config, trust_remote_code=True)
-        return cls._from_config(config)
+        return built_from_config(cls, config)
 
     with context if context is not None else contextlib.nullcontext():
         with init_empty_weights(include_buffers=False):
@@ -391,6 +397,7 @@ __all__ = [
     "MAX_SYNTHETIC",
     "NEW_TOKENS",
     "PROMPT_LENGTH",
+    "built_from_config",
     "class_for",
     "describe_crash",
     "fill",
