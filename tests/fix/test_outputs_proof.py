@@ -252,6 +252,12 @@ def test_without_weights_the_change_for_code_past_the_load_is_written_too(zoo_fo
     assert [(p.name, p.ok, p.weightless) for p in result.proofs][-1] == ("same_outputs", True, True)
 
 
+def test_empty_outputs_are_never_a_pass():
+    empty = torch.zeros(2, 0, 8)
+    ok, detail, _ = compare_outputs(side(empty), side(empty), "4.57.6", "5.25.0")
+    assert ok is None and detail == "not compared: its logits hold no values"
+
+
 def test_a_model_that_runs_on_neither_release_is_not_compared_not_failed():
     crash = {
         "stage": "forward",

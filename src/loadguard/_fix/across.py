@@ -72,6 +72,8 @@ def compare_outputs(
     first, second = before.get("values"), after.get("values")
     if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor):
         return None, f"not compared: its forward returns {after.get('kind') or 'no tensor'}", measured
+    if not first.numel() or not second.numel():  # nothing to hold against anything: never a pass
+        return None, f"not compared: its {after.get('kind') or 'output'} hold no values", measured
     if first.shape != second.shape:
         return (
             False,
