@@ -242,3 +242,75 @@ def test_model_code_that_exits_in_its_forward_is_an_error_in_trace(zoo_folder, t
     (folder / "modeling_lgtoy.py").write_text((folder / "modeling_lgtoy.py").read_text() + code)
     traced = _loadguard("trace", str(folder), "--trust-remote-code", cwd=tmp_path)
     assert traced.returncode == 2 and "the model's code called os._exit(0) while running" in traced.stderr
+
+
+_WHERE = """
+with open(os.path.join({folder!r}, f"{{os.getpid()}}.where"), "w") as where:
+    where.write(f"{{os.getppid()}} {{os.getpgid(0)}}")
+"""
+
+
+@linux
+@pytest.mark.parametrize("command", ["audit", "trace"])
+def test_the_model_code_of_a_command_runs_in_a_child_of_its_own(zoo_folder, tmp_path, command, capsys):
+    """Issue 45, class 2: audit, compare and trace run the model's code in a child of the ``loadguard`` process (its
+    own process group), from the command line and from Python, so nothing it starts, ignores or changes is shared."""
+    from ..conftest import run_cli
+
+    where = tmp_path / "where"
+    where.mkdir()
+    folder = _with_init(zoo_folder, tmp_path, f"where-{command}", _WHERE.format(folder=str(where)))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "loadguard", command, str(folder), "--trust-remote-code"],
+        cwd=tmp_path,
+        env={**os.environ, "LOADGUARD_DEBUG": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = run.communicate(timeout=300)
+    assert run.returncode in (0, 1), err
+    assert "positions" in out  # the child's report (naming the wrong tensors) reached the command's stdout
+    (seen,) = where.glob("*.where")
+    parent, group = map(int, seen.read_text().split())
+    assert int(seen.stem) != run.pid and parent == run.pid and group == int(seen.stem)
+    seen.unlink()
+
+    code, out, _ = run_cli(capsys, command, str(folder), "--trust-remote-code", "--format", "json")
+    assert code in (0, 1) and json.loads(out)["model"] == str(folder)  # a capture without a descriptor: relayed
+    (seen,) = where.glob("*.where")
+    assert int(seen.stem) != os.getpid() and int(seen.read_text().split()[0]) == os.getpid()
+
+
+@linux
+def test_a_model_that_ignores_sigterm_is_stopped_with_the_command(zoo_folder, tmp_path):
+    """The model's code ignores SIGTERM and sleeps while it is built: before, the ``loadguard`` process itself ignored
+    SIGTERM (its load ran there) and ran on; now the command ends by the signal, and the model's process with it."""
+    ready = tmp_path / "ready"
+    body = f"""
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open({str(ready)!r}, "w").write(str(os.getpid()))
+time.sleep(300)
+"""
+    folder = _with_init(zoo_folder, tmp_path, "deaf", body)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "loadguard", "audit", str(folder), "--trust-remote-code"],
+        cwd=tmp_path,
+        env={**os.environ, "LOADGUARD_DEBUG": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.1)
+    model = int(ready.read_text())
+    run.send_signal(signal.SIGTERM)
+    try:
+        _, err = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == -signal.SIGTERM
+    assert "stopped by SIGTERM; every process this run started was stopped with it" in err
+    time.sleep(0.2)
+    assert not _alive(model)

@@ -46,7 +46,9 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
-def _child(function: Callable[[Any], Any], item: Any, write: int, lifeline: tuple[int, int]) -> None:
+def _child(
+    function: Callable[[Any], Any], item: Any, write: int, lifeline: tuple[int, int], keep_threads: bool
+) -> None:
     """The forked child: dies with its parent, leads its own process group, adopts what the model's code orphans;
     runs ``function(item)``, kills every process the model's code left behind (their number goes in the report), then
     writes the length-prefixed pickled result and exits."""
@@ -60,10 +62,8 @@ def _child(function: Callable[[Any], Any], item: Any, write: int, lifeline: tupl
         procs.adopt_orphans()
         procs.reset_signals()
         torch = sys.modules.get("torch")
-        if (
-            torch is not None
-        ):  # the parent's OpenMP thread team does not survive a fork: one thread, no team to wait on
-            torch.set_num_threads(1)
+        if torch is not None and not keep_threads:
+            torch.set_num_threads(1)  # the parent's OpenMP thread team does not survive a fork: no team to wait on
         try:
             result = (True, function(item))
         except BaseException as error:  # the item's own failure: reported, never propagated into the parent
@@ -230,11 +230,14 @@ def run(
     timeout: float | None = None,
     memory_limit: int | None = None,
     on_done: Callable[[int, Outcome], None] | None = None,
+    keep_threads: bool = False,
 ) -> list[Outcome]:
     """``function(item)`` for every item, each in a child of its own, ``jobs`` at a time; outcomes in item order.
     ``memory_limit``: bytes a child may add to what it shares with its parent at the fork (:func:`added`: its private
     pages; where that cannot be read, its resident memory beyond the parent's). ``on_done(index, outcome)`` is called
-    as each item finishes (a progress bar)."""
+    as each item finishes (a progress bar). ``keep_threads``: the children keep torch's thread count, which is safe
+    only where this process has run no parallel torch op (an OpenMP team it started would hang a child's first op);
+    otherwise each runs one thread."""
 
     pending = list(enumerate(items))
     outcomes: dict[int, Outcome] = _Reported(on_done) if on_done else {}
@@ -292,7 +295,7 @@ def run(
                 pid = os.fork()
                 if pid == 0:  # the child
                     os.close(read)
-                    _child(function, item, write, lifeline)
+                    _child(function, item, write, lifeline, keep_threads)
                 gc.unfreeze()
                 os.close(write)
                 with contextlib.suppress(OSError):  # the group is made on both sides: no kill can miss it

@@ -9,15 +9,14 @@ import contextlib
 import os
 import signal
 import sys
-import traceback
-import warnings
 
 import click
 
 from .._infra import Markup, Terminated, settings, signals_raise, styled
-from ..errors import LoadguardError, LoadguardWarning
-from ._common import ExitCode, machine_output, note, pin_directory, report_error
+from ..errors import LoadguardError
+from ._common import ExitCode, machine_output, pin_directory
 from ._consoles import SETTINGS, stderr
+from ._ending import said, threads_left, warnings_kept
 from ._options import SuggestingGroup
 
 
@@ -117,24 +116,6 @@ def _defaults(project) -> dict:
     return settings.default_map(project, commands, formats)
 
 
-@contextlib.contextmanager
-def _warnings_kept(verbose: bool):
-    """Python warnings (deprecations in transformers, the model's code) off the screen unless ``--verbose``; one line
-    on stderr says how many were kept back. loadguard's own warnings always show."""
-    if verbose:
-        yield
-        return
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")
-        yield  # a command that fails says one Error and one Hint: the count below is for a command that ran
-        hidden = [w for w in caught if not issubclass(w.category, LoadguardWarning)]
-        for kept in (w for w in caught if issubclass(w.category, LoadguardWarning)):
-            stderr().print(f"Warning: {kept.message}", highlight=False)
-        if hidden:
-            note(f"({len(hidden)} warning(s) from transformers or the model's code not shown: --verbose shows them)")
-
-
 def _machine_format(arguments: list[str], configured: str = "table") -> bool:
     """``--format json`` / ``--format=markdown`` (or a machine format set in ``[tool.loadguard]`` and not overridden):
     the output is for a machine; stdout must hold only it."""
@@ -187,16 +168,8 @@ def main(argv: list[str] | None = None) -> None:
 def _end_despite_threads(code) -> None:
     """As the ``loadguard`` command: a non-daemon thread the model's code started would keep the interpreter (and the
     command, and whatever waits on it) alive after the report; the command ends anyway, and says so."""
-    import threading
-
-    lingering = [
-        t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
-    ]
-    if not lingering:
+    if not threads_left():
         return
-    stderr().print(
-        f"loadguard: ended with {len(lingering)} thread(s) the model's code started still running", highlight=False
-    )
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code if isinstance(code, int) else (0 if code is None else ExitCode.COULD_NOT_RUN))
@@ -234,15 +207,13 @@ def _main(argv: list[str] | None) -> None:
         project = settings.load()  # [tool.loadguard]: defaults; the command line overrides them
         flags["color"] = flags["color"] or project.get("color")
         SETTINGS.update(flags if flags["color"] in ("auto", "always", "never") else {**flags, "color": "auto"})
-        with machine_output(_machine_format(arguments, project.get("format"))), _warnings_kept(verbose):
+        SETTINGS["command"] = argv is None  # the `loadguard` process itself, which runs no torch op of its own
+        with machine_output(_machine_format(arguments, project.get("format"))), warnings_kept(verbose):
             code = cli.main(
                 args=arguments, prog_name="loadguard", standalone_mode=False, default_map=_defaults(project)
             )
     except LoadguardError as error:
-        if debug:
-            traceback.print_exc()
-        report_error(error)
-        sys.exit(ExitCode.COULD_NOT_RUN)
+        sys.exit(said(error, debug))
     except click.exceptions.Abort:  # Ctrl-C: the children were stopped on the way out
         from .._infra import procs
 
@@ -259,19 +230,6 @@ def _main(argv: list[str] | None) -> None:
     except click.exceptions.NoArgsIsHelpError as error:  # `loadguard`, `loadguard zoo`: the help, as --help shows it
         click.echo(error.ctx.get_help())
         sys.exit(ExitCode.CLEAN)
-    except click.ClickException as error:
-        if debug:
-            traceback.print_exc()
-        stderr().print(styled("[bold red]Error:[/] {}", error.format_message()), highlight=False)
-        command = error.ctx.command_path if getattr(error, "ctx", None) else "loadguard"
-        stderr().print(styled("[bold]Hint:[/] run '{} --help' for the options", command), highlight=False)
-        sys.exit(ExitCode.COULD_NOT_RUN)
-    except Exception as error:  # never a bare traceback
-        if debug:
-            traceback.print_exc()
-        stderr().print(styled("[bold red]Error:[/] unexpected {}: {}", type(error).__name__, error), highlight=False)
-        stderr().print(
-            Markup("[bold]Hint:[/] set LOADGUARD_DEBUG=1 to see the traceback, and report it"), highlight=False
-        )
-        sys.exit(ExitCode.COULD_NOT_RUN)
+    except (click.ClickException, Exception) as error:  # never a bare traceback
+        sys.exit(said(error, debug))
     sys.exit(code if isinstance(code, int) else ExitCode.CLEAN)

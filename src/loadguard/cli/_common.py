@@ -93,6 +93,29 @@ def machine_output(active: bool):
             os.close(saved)
 
 
+def streams_without_descriptor() -> dict[int, Any]:
+    """The streams this command writes to (sys.stdout, sys.stderr, the machine document's stdout) that have no file
+    descriptor: a Python-level capture (pytest's ``capsys``, click's ``CliRunner``, a notebook's). A child forked to run
+    the model's code inherits a descriptor, not such a stream: what it writes there is relayed (:mod:`._limits`). By
+    ``id``, which a forked child shares."""
+
+    def captured(stream) -> bool:
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return True
+        return False
+
+    return {id(s): s for s in (sys.stdout, sys.stderr, *_document) if captured(s)}
+
+
+def streams_replaced(replacements: dict[int, Any]) -> None:
+    """In a child: each of this command's streams whose ``id`` is in ``replacements`` is replaced by its value."""
+    sys.stdout = replacements.get(id(sys.stdout), sys.stdout)
+    sys.stderr = replacements.get(id(sys.stderr), sys.stderr)
+    _document[:] = [replacements.get(id(s), s) for s in _document]
+
+
 def report_error(error) -> None:
     """A :class:`loadguard.LoadguardError` as every command ends with one: ``Error:`` and, when there is one, ``Hint:``
     (worded for the CLI) on stderr."""

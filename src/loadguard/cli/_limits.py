@@ -1,11 +1,13 @@
-"""``--timeout`` and ``--memory-limit`` for the commands that run one model's code in this process (audit, compare,
-trace): given either, the command's work runs in a child forked for it (:mod:`loadguard._infra.forks`), which is killed past
-the limit; the child prints its own output, the parent says which limit stopped it. Neither given: no child, no limit
-(the default, as a plain ``from_pretrained`` has none)."""
+"""The commands that run one model's code (audit, compare, trace) run it in a child forked for it
+(:mod:`loadguard._infra.forks`), never in the ``loadguard`` process: what the model's code starts, ignores or changes
+ends with the child. ``--timeout`` and ``--memory-limit`` stop that child past their limit, and the parent says which
+limit stopped it. Neither given: no limit (as a plain ``from_pretrained`` has none). Where ``os.fork`` does not exist,
+the command runs in this process and the limits are refused."""
 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import sys
 
@@ -13,7 +15,9 @@ import click
 
 from .._infra import parse_size
 from ..errors import InvalidOptionError, LoadguardError
-from ._common import ExitCode, report_error
+from ._common import ExitCode, streams_replaced, streams_without_descriptor
+from ._consoles import SETTINGS, stderr
+from ._ending import said, threads_left, warnings_kept
 
 
 def memory_limit(text: str, jobs: int, fleet: bool) -> int | None:
@@ -65,45 +69,92 @@ def memory_limit_option(help: str):
     )
 
 
-def _body(call):
-    """In the child: the command, its own errors printed as the CLI prints them; the exit code comes back."""
+class _Relay(io.StringIO):
+    """In the child: what it writes to a stream of the parent's that has no descriptor, kept to be written there."""
 
+    encoding = "utf-8"
+
+
+def _in_child(call, relayed: dict[int, object]):
+    """The child: the command, ended as the CLI ends one (its errors as Error and Hint, its warnings kept back, the
+    threads the model's code left said); its exit code and the text of each relayed stream come back."""
+    buffers = {key: _Relay() for key in relayed}
+    streams_replaced(buffers)
+    debug = os.environ.get("LOADGUARD_DEBUG", "") not in ("", "0")
     try:
-        code = call()
-    except LoadguardError as error:
-        report_error(error)
-        code = ExitCode.COULD_NOT_RUN
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    return int(code if code is not None else ExitCode.CLEAN)
+        with warnings_kept(SETTINGS["verbose"]):
+            code = call()
+    except Exception as error:  # noqa: BLE001  (as the CLI's main says it: never a bare traceback)
+        code = said(error, debug)
+    threads_left()  # they end with this child
+    sys.stdout.flush()
+    sys.stderr.flush()
+    code = int(code if code is not None else ExitCode.CLEAN)
+    return code, {key: buffer.getvalue() for key, buffer in buffers.items()}
 
 
-def limits_options(command):
-    """Adds ``--timeout SECONDS`` and ``--memory-limit SIZE`` to a command that runs one model's code."""
+def in_a_child(call, timeout: float | None, limit: int | None, what: str, unfinished=None):
+    """``call()``, the part of a command that runs a model's code, in a child forked for it (its own process group,
+    killed with all it started past ``timeout`` seconds or ``limit`` bytes, or when this process is told to stop), so
+    nothing the model's code starts, ignores or changes (processes, threads, signal dispositions, the working folder)
+    reaches the ``loadguard`` process. Output on a descriptor is the child's own (inherited: streamed, a terminal stays
+    one); output to a stream without one is relayed when the child ends. ``unfinished(error)``, when given, writes what
+    the command writes for a model it could not check (a machine format's document). Its exit code."""
+    import transformers  # noqa: F401  (imported here, once, not in the child)
+
+    from .._infra import forks
+
+    relayed = streams_without_descriptor()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    (outcome,) = forks.run(
+        lambda _: _in_child(call, relayed),
+        [None],
+        timeout=timeout,
+        memory_limit=limit,
+        keep_threads=bool(SETTINGS.get("command")),  # this process ran no torch op: the child may use every core
+    )
+    if outcome.ok:
+        code, texts = outcome.value
+        for key, text in texts.items():
+            relayed[key].write(text)
+            relayed[key].flush()
+    if outcome.left_behind:
+        stderr().print(
+            f"loadguard: stopped {outcome.left_behind} process(es) the model's code left running", highlight=False
+        )
+    if outcome.ok:
+        return code
+    error = did_not_finish(f"{what}: the command", outcome, "run it again with LOADGUARD_DEBUG=1 to see why")
+    if unfinished is not None:
+        unfinished(error)
+    raise error
+
+
+def limits_options(command=None, *, unfinished=None):
+    """Adds ``--timeout SECONDS`` and ``--memory-limit SIZE`` to a command that runs one model's code, and runs that
+    code in a child of its own (:func:`in_a_child`) wherever ``os.fork`` exists. ``unfinished(kwargs, error)``: what the
+    command writes for a model whose child did not finish."""
+    if command is None:
+        return functools.partial(limits_options, unfinished=unfinished)
 
     @functools.wraps(command)
     def limited(*args, timeout=None, memory=None, **kwargs):
         from .._infra import forks
 
         limit = memory_limit(memory, 1, fleet=False) if memory else None
-        if timeout is None and limit is None:
+        if not forks.available():  # no fork here (not Linux/macOS): in this process, as from_pretrained runs
+            if timeout is not None or limit is not None:
+                raise InvalidOptionError(
+                    "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
+                )
             return command(*args, **kwargs)
-        if not forks.available():
-            raise InvalidOptionError(
-                "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
-            )
-        import transformers  # noqa: F401  (imported here, once, not in the child)
-
-        (outcome,) = forks.run(
-            lambda _: _body(lambda: command(*args, **kwargs)), [None], timeout=timeout, memory_limit=limit
-        )
-        if outcome.ok:
-            return outcome.value
-        raise did_not_finish(
-            f"{kwargs.get('path', 'the model')}: the command",
-            outcome,
-            "run it again with LOADGUARD_DEBUG=1 to see why",
+        return in_a_child(
+            lambda: command(*args, **kwargs),
+            timeout,
+            limit,
+            str(kwargs.get("path", "the model")),
+            (lambda error: unfinished(kwargs, error)) if unfinished else None,
         )
 
     limited = click.option(
@@ -122,4 +173,4 @@ def limits_options(command):
     )(limited)
 
 
-__all__ = ["did_not_finish", "limits_options", "memory_limit", "memory_limit_option"]
+__all__ = ["did_not_finish", "in_a_child", "limits_options", "memory_limit", "memory_limit_option"]

@@ -24,7 +24,7 @@ from ._output import write
 
 
 @click.command()
-@limits_options
+@limits_options(unfinished=lambda given, error: write(given["fmt"], _NotLoaded(str(given["path"]), error)))
 @loading_options
 @click.option(
     "--repair",
