@@ -100,8 +100,6 @@ def in_a_child(call, timeout: float | None, limit: int | None, what: str, unfini
     reaches the ``loadguard`` process. Output on a descriptor is the child's own (inherited: streamed, a terminal stays
     one); output to a stream without one is relayed when the child ends. ``unfinished(error)``, when given, writes what
     the command writes for a model it could not check (a machine format's document). Its exit code."""
-    import transformers  # noqa: F401  (imported here, once, not in the child)
-
     from .._infra import forks
 
     relayed = streams_without_descriptor()
