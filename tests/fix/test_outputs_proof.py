@@ -269,3 +269,46 @@ def test_a_model_that_runs_on_neither_release_is_not_compared_not_failed():
     }
     ok, detail, _ = compare_outputs(side(error=crash), side(error=crash), "4.25.1", "5.25.0")
     assert ok is None and detail.startswith("not compared: it does not run on either release: on 4.25.1")
+
+
+@pytest.fixture(scope="module")
+def written_for_441(tmp_path_factory):
+    """A cache holding transformers 4.41.2, the release v4_generate_hooks' config.json says it was saved with."""
+    from ..conftest import environments_cache
+
+    return environments_cache(tmp_path_factory, ("4.41.2",))
+
+
+@v5_only
+def test_v4_code_in_generate_is_fixed_and_proven_against_the_release_it_was_written_for(
+    zoo_folder, written_for_441, monkeypatch, tmp_path
+):
+    """ChatGLM's way (issue 46, left before): its own generation hook calls _extract_past_from_model_output (gone since
+    4.47) and its config has no num_hidden_layers (4.57 and 5.x build their default cache from it). fix writes both
+    source fixes; proof (b) and (c) run the original on 4.41.2, where it was written, and the copy on plain
+    transformers 5 answers with the same tokens. A helper answering as 4.42 did ((name, past)) would hand the model a
+    past it refuses."""
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("LOADGUARD_CACHE", str(written_for_441))
+    folder = zoo_folder("v4_generate_hooks")
+    before = digest(folder)
+    out = tmp_path / "hooks-fixed"
+    result = loadguard.fix(folder, out, trust_remote_code=True)
+    assert result.status == "fixed", result.to_json()
+    assert {"v4-generate-hooks", "v4-cache-layer-count"} <= set(result.workarounds)
+    assert [(p.name, p.ok) for p in result.proofs] == [
+        ("loads_right", True),
+        ("unchanged_before_v5", True),
+        ("same_outputs", True),
+    ]
+    assert result.proofs[1].transformers == "4.41.2" and "4.41.2" in result.proofs[2].detail
+    measured = result.proofs[2].measured
+    assert measured["tokens_patched"] == measured["tokens_original"] and len(measured["tokens_patched"]) == 8
+    assert independent_check(out, "v4_generate_hooks") == [] and digest(folder) == before
+    code = (out / "modeling_lgv4hooks.py").read_text()
+    assert "_v4__extract_past_from_model_output(self, outputs, standardize_cache_format=" in code
+    assert "def _supports_default_dynamic_cache(self):" in code
+    fixed = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
+    ran = model_outputs(fixed)  # plain transformers 5, no workaround
+    assert ran["error"] is None and ran["tokens"] == measured["tokens_patched"]

@@ -13,6 +13,7 @@ import re
 from .transformers_v4 import V4_GENERATION_DEFAULTS
 from .v4_api import V4_MODEL_ATTRIBUTES, v4_config_defaults
 from .v4_auto import V4_AUTO_CLASSES
+from .v4_generate import HOOK
 from .v4_names import diff, provider
 
 # (names matching the pattern, why v4-module-names gives no stand-in): the name entries no workaround serves
@@ -155,6 +156,8 @@ def _entries() -> dict[str, dict]:
 def coverage(entry_id: str) -> tuple[str, str]:
     """``("covered", workaround)``, ``("declined", reason)`` or ``("uncovered", "")`` for a diff entry."""
     kind, _, rest = entry_id.partition(":")
+    if kind == "model" and rest.split(".", 1)[1] == HOOK:
+        return "covered", "v4-generate-hooks"
     if _entries().get(entry_id, {}).get("via") == "GenerationMixin":
         return "declined", (
             "a GenerationMixin method PreTrainedModel inherited until 4.50: a model class that lists only "

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from ._registry import Usage, model_code, workaround
 from .remote_code import has_remote_code
 
-PAST_THE_LOAD = ("v4-model-attributes", "v4-legacy-cache")
+PAST_THE_LOAD = ("v4-model-attributes", "v4-legacy-cache", "v4-generate-hooks", "v4-cache-layer-count")
 """The workarounds for v4 APIs that code calls when it runs (``forward``, ``generate``), which a load never meets:
 ``loadguard fix`` writes their source fix when the files call what they give back and this transformers lacks it."""
 
@@ -112,7 +112,7 @@ def floating_point_ops(self, input_dict, exclude_embeddings: bool = True) -> int
 # call sites rewritten to helpers the file defines
 
 
-def _rewrite_calls(
+def rewrite_calls(
     sources: dict[str, str], methods: dict[str, str], refuse: tuple[str, ...] = (), static: tuple[str, ...] = ()
 ) -> dict[str, str]:
     """Every call ``<obj>.<name>(args)`` of a name in ``methods`` becomes ``_v4_<name>(<obj>, args)`` (``static``:
@@ -156,11 +156,11 @@ def _rewrite_calls(
     return edited
 
 
-def _helper(name: str, function, calls: dict[str, str], on_class: bool = False) -> str:
+def method_helper(name: str, function, calls: dict[str, str], on_class: bool = False) -> str:
     """``function``'s source as ``_v4_<name>``: 4.x's own method where the object (``on_class``: the class it is
-    given) has it, else 4.x's meaning; a one-line docstring is left out."""
+    given) has it, else 4.x's meaning; its docstring is left out (it describes loadguard's copy, not the file's)."""
     lines = inspect.getsource(function).splitlines()
-    body = lines[2:] if lines[1].strip().startswith('"""') and lines[1].strip().endswith('"""') else lines[1:]
+    body = lines[1 + _docstring_lines(function) :]
     head = lines[0].replace(f"def {function.__name__}(", f"def _v4_{name}(", 1)
     first = next(iter(inspect.signature(function).parameters))
     text = "\n".join(
@@ -177,9 +177,29 @@ def _helper(name: str, function, calls: dict[str, str], on_class: bool = False) 
     return text + "\n"
 
 
+def _docstring_lines(function) -> int:
+    """How many lines the docstring of ``function`` (a one-line ``def``) takes: 0 without one."""
+    import ast
+    import textwrap
+
+    definition = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+    first = definition.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first.end_lineno - definition.lineno
+    return 0
+
+
 def _arguments(function) -> str:
     parameters = list(inspect.signature(function).parameters.values())[1:]
-    return ", ".join(p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}" for p in parameters)
+    star = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return ", ".join(
+        p.name
+        if p.kind is p.POSITIONAL_OR_KEYWORD
+        else star[p.kind] + p.name
+        if p.kind in star
+        else f"{p.name}={p.name}"
+        for p in parameters
+    )
 
 
 def model_methods_source_fix(sources: dict[str, str], removed: tuple[str, ...]) -> tuple[dict[str, str], str]:
@@ -196,16 +216,16 @@ def model_methods_source_fix(sources: dict[str, str], removed: tuple[str, ...]) 
         "floating_point_ops": (floating_point_ops, {"estimate_tokens": "estimate_tokens"}),
         "_tie_or_clone_weights": (tie_or_clone_weights, {}),
     }
-    methods = {name: _helper(name, function, calls) for name, (function, calls) in helpers.items()}
-    methods[decoder_mask] = _free_helper(create_extended_attention_mask_for_decoder)
+    methods = {name: method_helper(name, function, calls) for name, (function, calls) in helpers.items()}
+    methods[decoder_mask] = free_helper(create_extended_attention_mask_for_decoder)
     for name, (_, calls) in helpers.items():  # what a helper calls is defined with it
         methods[name] += "".join("\n\n" + methods[called] for called in calls.values())
     reads = tuple(name for name in removed if name not in methods)
-    edited = _rewrite_calls(sources, methods, reads, static=(decoder_mask,))
+    edited = rewrite_calls(sources, methods, reads, static=(decoder_mask,))
     return edited, "calls the v4 model methods through helpers: the model's own on transformers 4, 4.57's code on 5"
 
 
-def _free_helper(function) -> str:
+def free_helper(function) -> str:
     return inspect.getsource(function).replace(f"def {function.__name__}(", f"def _v4_{function.__name__}(", 1)
 
 
@@ -291,11 +311,11 @@ def legacy_helpers() -> dict[str, str]:
     """The helpers the legacy-cache source fix writes into a file: 4.x's own methods where the cache has them, else
     the functions above."""
     return {
-        "from_legacy_cache": _helper("from_legacy_cache", from_legacy_cache, {}, on_class=True),
-        "get_usable_length": _helper("get_usable_length", get_usable_length, {}),
-        "to_legacy_cache": _helper("to_legacy_cache", to_legacy_cache, {}),
+        "from_legacy_cache": method_helper("from_legacy_cache", from_legacy_cache, {}, on_class=True),
+        "get_usable_length": method_helper("get_usable_length", get_usable_length, {}),
+        "to_legacy_cache": method_helper("to_legacy_cache", to_legacy_cache, {}),
     }
 
 
 def _rewrite_legacy_cache(sources: dict[str, str]) -> dict[str, str]:
-    return _rewrite_calls(sources, legacy_helpers())
+    return rewrite_calls(sources, legacy_helpers())

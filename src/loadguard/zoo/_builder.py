@@ -90,6 +90,7 @@ _FAMILIES = {
     "lgv4attrs": _toy_variant("lgv4attrs", "LgV4AttrsConfig", "LgV4AttrsForCausalLM"),
     "lgv4fwd": _toy_variant("lgv4fwd", "LgV4FwdConfig", "LgV4FwdForCausalLM"),
     "lgv4cache": _toy_variant("lgv4cache", "LgV4CacheConfig", "LgV4CacheForCausalLM"),
+    "lgv4hooks": _toy_variant("lgv4hooks", "LgV4HooksConfig", "LgV4HooksForCausalLM"),
     "lgrebuilt": _toy_variant("lgrebuilt", "LgRebuiltConfig", "LgRebuiltForCausalLM"),
     "lgv4names": _toy_variant("lgv4names", "LgV4NamesConfig", "LgV4NamesForCausalLM"),
     "lgdevice": _toy_variant("lgdevice", "LgDeviceConfig", "LgDeviceForCausalLM"),
@@ -292,7 +293,7 @@ def build(name: str, folder: str | Path, *, seed: int = _DEFAULT_SEED, **config_
                 "eos_token_id": specials["</s>"],
                 "pad_token_id": specials["<pad>"],
                 "do_sample": False,
-                "use_cache": False,
+                "use_cache": bool(entry.config_json.get("use_cache", False)),  # a v4 config.json that said so
             },
         )
         if family.image_processor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import UnknownZooEntryError
 from ..report import Status
+from ._entries_running import RUNS_INTO
 from ._entry import TOY_NP, ExpectedFinding, ZooEntry
 
 _VLM_PROMPTS = (
@@ -277,37 +278,7 @@ ENTRIES: dict[str, ZooEntry] = {
                 ),
             ),
         ),
-        ZooEntry(
-            "v4_forward_api",
-            "lgv4fwd",
-            "(a) remote code whose forward calls self.get_head_mask (4.x models had it, 5.x removed it): it loads, and only "
-            "its forward raises AttributeError on transformers 5; its buffers are not rebuilt",
-            failure_mode="a",
-            expected=TOY_NP,
-            runs_into=(
-                (
-                    "v4-model-attributes",
-                    "forward",
-                    "AttributeError: 'LgV4FwdForCausalLM' object has no attribute 'get_head_mask'",
-                ),
-            ),
-        ),
-        ZooEntry(
-            "v4_legacy_cache",
-            "lgv4cache",
-            "(a) remote code that converts its cache at the boundary with DynamicCache.from_legacy_cache / "
-            "to_legacy_cache (4.3x-4.5x style, removed in 5.x): it loads and runs a forward pass, and generate raises "
-            "AttributeError on transformers 5; its buffers are not rebuilt",
-            failure_mode="a",
-            expected=TOY_NP,
-            runs_into=(
-                (
-                    "v4-legacy-cache",
-                    "generate",
-                    "AttributeError: type object 'DynamicCache' has no attribute 'from_legacy_cache'",
-                ),
-            ),
-        ),
+        *RUNS_INTO,
         ZooEntry(
             "v4_module_names",
             "lgv4names",
