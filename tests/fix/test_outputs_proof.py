@@ -296,7 +296,7 @@ def test_v4_code_in_generate_is_fixed_and_proven_against_the_release_it_was_writ
     out = tmp_path / "hooks-fixed"
     result = loadguard.fix(folder, out, trust_remote_code=True)
     assert result.status == "fixed", result.to_json()
-    assert {"v4-generate-hooks", "v4-cache-layer-count"} <= set(result.workarounds)
+    assert {"v4-generate-hooks", "v4-cache-layer-count", "v4-generate-attention-mask"} <= set(result.workarounds)
     assert [(p.name, p.ok) for p in result.proofs] == [
         ("loads_right", True),
         ("unchanged_before_v5", True),
@@ -309,6 +309,27 @@ def test_v4_code_in_generate_is_fixed_and_proven_against_the_release_it_was_writ
     code = (out / "modeling_lgv4hooks.py").read_text()
     assert "_v4__extract_past_from_model_output(self, outputs, standardize_cache_format=" in code
     assert "def _supports_default_dynamic_cache(self):" in code
+    assert 'if model_kwargs.get("attention_mask", 0) is None:' in code
     fixed = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
     ran = model_outputs(fixed)  # plain transformers 5, no workaround
     assert ran["error"] is None and ran["tokens"] == measured["tokens_patched"]
+
+
+@v5_only
+def test_a_model_that_loads_right_and_breaks_in_generate_is_not_called_clean(
+    zoo_folder, written_for_441, monkeypatch, tmp_path
+):
+    """ChatGLM2's case: nothing is wrong after the load, and generate still raises on transformers 5. Before, fix said
+    `clean` and wrote nothing; now the source fixes for its generate are the change, proven by (c)."""
+    import json
+    import shutil
+
+    monkeypatch.setenv("LOADGUARD_CACHE", str(written_for_441))
+    folder = tmp_path / "loads_right_generate_breaks"  # a name of its own: its modules are kept by it
+    shutil.copytree(zoo_folder("v4_generate_hooks"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "rebuild_buffers_in_init": True}))
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
+    assert result.findings == () and result.status == "fixed", result.to_json()
+    assert {"v4-generate-hooks", "v4-cache-layer-count"} <= set(result.workarounds)
+    assert [p.ok for p in result.proofs] == [True, True, True]

@@ -36,14 +36,14 @@ def test_generate_meets_both_on_transformers_5_and_runs_with_both(zoo_folder):
     folder = zoo_folder("v4_generate_hooks")
     plain = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True).eval()
     crash = model_outputs(plain, fixes=loadguard.workarounds.fixes_for)["error"]
-    first, second = zoo.get("v4_generate_hooks").runs_into
+    first, *_ = zoo.get("v4_generate_hooks").runs_into
     assert (crash["stage"], f"{crash['type']}: {crash['message']}", crash["fixes"]) == (first[1], first[2], [first[0]])
 
     model = loadguard.load(
         "AutoModelForCausalLM",
         folder,
         trust_remote_code=True,
-        workarounds=["v4-cache-layer-count", "v4-generate-hooks"],
+        workarounds=["v4-cache-layer-count", "v4-generate-hooks", "v4-generate-attention-mask"],
     ).eval()
     ran = model_outputs(model)
     assert ran["error"] is None and len(ran["tokens"]) == 8
@@ -123,3 +123,31 @@ def test_a_model_whose_config_counts_its_layers_is_left_alone(zoo_folder):
 def test_the_api_diff_entry_is_covered_by_the_workaround():
     assert coverage("model:GenerationMixin._extract_past_from_model_output") == ("covered", "v4-generate-hooks")
     assert coverage("model:PreTrainedModel._extract_past_from_model_output") == ("covered", "v4-generate-hooks")
+
+
+def test_the_mask_is_restored_only_in_hooks_that_use_it_unchecked():
+    mask = loadguard.workarounds.get("v4-generate-attention-mask")
+    sources = {
+        "modeling_m.py": "class M(P):\n"
+        "    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):\n"
+        "        attention_mask = kwargs['attention_mask'].bool()\n"
+        "        return {'input_ids': input_ids, 'attention_mask': attention_mask}\n\n"
+        "    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, **kwargs):\n"
+        '        """Grow the mask."""\n'
+        "        if 'attention_mask' in model_kwargs:\n"
+        "            m = model_kwargs['attention_mask']\n"
+        "            model_kwargs['attention_mask'] = torch.cat([m, m.new_ones((m.shape[0], 1))], dim=-1)\n"
+        "        return model_kwargs\n",
+        "modeling_checked.py": "class C(P):\n"
+        "    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):\n"
+        "        if attention_mask is not None:\n"
+        "            attention_mask = attention_mask.bool()\n"
+        "        return {'input_ids': input_ids}\n",
+    }
+    edited, _ = mask.source_fix(sources, {}, None)
+    assert list(edited) == ["modeling_m.py"]  # a hook that tests the mask against None is left as written
+    text = edited["modeling_m.py"]
+    assert 'if kwargs.get("attention_mask", 0) is None:' in text
+    assert 'kwargs["attention_mask"] = input_ids.new_ones(input_ids.shape[:2])' in text
+    assert text.index('"""Grow the mask."""') < text.index('del model_kwargs["attention_mask"]')  # after the docstring
+    compile(text, "modeling_m.py", "exec")

@@ -11,7 +11,7 @@ from loadguard import poison, zoo
 from loadguard.errors import FolderNotEmptyError, InvalidOptionError, UnknownZooEntryError
 from loadguard.zoo._tokenizer import SPECIAL_TOKENS
 
-from ..conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, load
+from ..conftest import IS_V5, TRANSFORMERS_VERSION, all_tensors, layer_count, load
 
 BROKEN = [e.name for e in zoo.entries() if e.failure_mode]
 CLEAN = [e.name for e in zoo.entries() if not e.failure_mode]
@@ -95,8 +95,7 @@ def test_broken_entry_reproduces_its_failure(zoo_folder, name):
     truth = zoo.build_model(name)
     with poison():
         model = load(zoo_folder(name))
-    layers = getattr(truth.config, "num_hidden_layers", None) or truth.config.num_layers  # ChatGLM-style: num_layers
-    expected = {f.tensor: f.status for f in entry.expected_for(layers)}
+    expected = {f.tensor: f.status for f in entry.expected_for(layer_count(truth.config))}
     loaded, reference = all_tensors(model), all_tensors(truth)
     assert set(loaded) == set(reference)
     observed = {}

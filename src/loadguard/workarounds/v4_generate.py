@@ -259,6 +259,147 @@ def _config_files(path) -> dict[str, str]:
     return {file.name: file.read_text(errors="replace") for file in sorted(folder.glob("*config*.py"))}
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# the attention mask generate hands the model's own hooks
+
+
+_MASK_USED = re.compile(r"""attention_mask["']\]|attention_mask\s*\.\s*\w+""")
+_MASK_CHECKED = re.compile(r"""attention_mask(?:["']\]|["']\))?\s+is\s+(?:not\s+)?None""")
+MASK_HOOKS = ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation")
+
+
+def _uses_mask_unchecked(body: str) -> bool:
+    """The hook's code reads the attention mask out of its arguments or uses something of it, and never tests it
+    against None (4.x always handed it a tensor)."""
+    return bool(_MASK_USED.search(body)) and not _MASK_CHECKED.search(body)
+
+
+def _mask_native() -> bool:
+    import inspect
+
+    from transformers import GenerationMixin
+
+    try:  # 5.x's generate drops an all-ones mask (it records its length in _mask_length, then sets it to None)
+        return "_mask_length" not in inspect.getsource(GenerationMixin.generate)
+    except (OSError, TypeError):
+        return True
+
+
+def mask_restored(hook: str, parameters: list[str]) -> str:
+    """The lines a hook begins with to see the mask as 4.x handed it: ``prepare_inputs_for_generation`` an all-ones
+    mask over its input ids where generate dropped it, ``_update_model_kwargs_for_generation`` no mask key at all
+    (it only ever grew a mask of ones; the next call of the first rebuilds it)."""
+    note = "  # loadguard: transformers 5's generate drops an all-ones attention mask; 4.x handed it over"
+    if hook == "_update_model_kwargs_for_generation":
+        kwargs = parameters[2] if len(parameters) > 2 else "model_kwargs"
+        return f'if {kwargs}.get("attention_mask", 0) is None:{note}\n    del {kwargs}["attention_mask"]\n'
+    ids = parameters[1] if len(parameters) > 1 else "input_ids"
+    ones = f"{ids}.new_ones({ids}.shape[:2])"
+    if "attention_mask" in parameters:
+        return f"if attention_mask is None:{note}\n    attention_mask = {ones}\n"
+    rest = next((p[2:] for p in parameters if p.startswith("**")), "kwargs")
+    return f'if {rest}.get("attention_mask", 0) is None:{note}\n    {rest}["attention_mask"] = {ones}\n'
+
+
+def _restore_mask(sources: dict[str, str]) -> dict[str, str]:
+    """Each generation hook of the files that uses the mask unchecked begins with :func:`mask_restored`."""
+    import libcst as cst
+
+    from .._codemod import after_docstring, parameters_of
+
+    edited = {}
+    for file, text in sources.items():
+        if not file.endswith(".py") or not any(hook in text for hook in MASK_HOOKS):
+            continue
+        tree = cst.parse_module(text)
+
+        class Hooks(cst.CSTTransformer):
+            def leave_FunctionDef(self, original, updated):
+                if updated.name.value not in MASK_HOOKS:
+                    return updated
+                if not _uses_mask_unchecked(tree.code_for_node(original.body)):
+                    return updated
+                names = parameters_of(updated)
+                star = updated.params.star_kwarg
+                names += [f"**{star.name.value}"] if star is not None else []
+                lines = list(cst.parse_module(mask_restored(updated.name.value, names)).body)
+                body = list(updated.body.body)
+                at = after_docstring(body)
+                return updated.with_changes(body=updated.body.with_changes(body=[*body[:at], *lines, *body[at:]]))
+
+        new = tree.visit(Hooks()).code
+        if new != text:
+            edited[file] = new
+    return edited
+
+
+def _mask_wrapper(hook: str, original):
+    import functools
+
+    if hook == "_update_model_kwargs_for_generation":
+
+        def update(self, outputs, model_kwargs, *args, **kwargs):
+            if model_kwargs.get("attention_mask", 0) is None:
+                del model_kwargs["attention_mask"]
+            return original(self, outputs, model_kwargs, *args, **kwargs)
+
+        return functools.wraps(original)(update)
+
+    def prepare(self, input_ids, *args, **kwargs):
+        if kwargs.get("attention_mask", 0) is None:
+            kwargs["attention_mask"] = input_ids.new_ones(input_ids.shape[:2])
+        return original(self, input_ids, *args, **kwargs)
+
+    return functools.wraps(original)(prepare)
+
+
+@workaround(
+    "v4-generate-attention-mask",
+    applies_to=has_remote_code,
+    stage="before_import",
+    reason="remote code whose own generation hooks use the attention mask as a tensor (ChatGLM's mask.new_ones, "
+    "Replit's mask.bool()): transformers 5's generate drops an all-ones mask and hands them None, where 4.x always "
+    "handed the mask; given the mask as 4.x did",
+    upstream="the model's repository (treat attention_mask=None as no padding)",
+    fixes=[
+        ("AttributeError", r"'NoneType' object has no attribute '(new_ones|bool|long|int|float|cumsum|shape|sum)'")
+    ],
+    native=_mask_native,
+    touches=r"\b(prepare_inputs_for_generation|_update_model_kwargs_for_generation)\b",
+    source_fix=lambda sources, config, model: (
+        _restore_mask(sources),
+        "its generation hooks see the attention mask as 4.x handed it (transformers 5 drops an all-ones mask)",
+    ),
+)
+@contextlib.contextmanager
+def generate_attention_mask(path, config: dict) -> Iterator[Usage]:
+    import inspect
+
+    from transformers import PreTrainedModel
+
+    usage = Usage()
+    given: list[str] = []
+
+    def patch(cls) -> None:
+        for hook in MASK_HOOKS:
+            own = vars(cls).get(hook)
+            if own is None or not callable(own):
+                continue
+            try:
+                body = inspect.getsource(own)
+            except (OSError, TypeError):
+                continue
+            if _uses_mask_unchecked(body):
+                setattr(cls, hook, _mask_wrapper(hook, own))
+                given.append(f"{cls.__name__}.{hook}")
+
+    with on_new_subclasses(PreTrainedModel, patch) if not _mask_native() else contextlib.nullcontext():
+        yield usage
+    usage.count = len(given)
+    if given:
+        usage.detail = f"gave {', '.join(given)} the attention mask as transformers 4 handed it"
+
+
 def _own_source(cls) -> str:
     import inspect
 

@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from ._registry import Usage, model_code, workaround
 from .remote_code import has_remote_code
 
-PAST_THE_LOAD = ("v4-model-attributes", "v4-legacy-cache", "v4-generate-hooks", "v4-cache-layer-count")
+PAST_THE_LOAD = (
+    "v4-model-attributes",
+    "v4-legacy-cache",
+    "v4-generate-hooks",
+    "v4-cache-layer-count",
+    "v4-generate-attention-mask",
+)
 """The workarounds for v4 APIs that code calls when it runs (``forward``, ``generate``), which a load never meets:
 ``loadguard fix`` writes their source fix when the files call what they give back and this transformers lacks it."""
 

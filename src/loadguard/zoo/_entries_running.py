@@ -42,7 +42,8 @@ RUNS_INTO: tuple[ZooEntry, ...] = (
         "v4_generate_hooks",
         "lgv4hooks",
         "(a) remote code written for transformers 4.41 in ChatGLM's way: its own generation hook takes its past back "
-        "through GenerationMixin._extract_past_from_model_output (removed in 4.47) and its config says num_layers, "
+        "through GenerationMixin._extract_past_from_model_output (removed in 4.47), grows the attention mask it is "
+        "handed (5.x drops an all-ones one) and its config says num_layers, "
         "not num_hidden_layers: it loads and runs a forward pass, and generate raises AttributeError on "
         "transformers 5; its buffers are not rebuilt",
         failure_mode="a",
@@ -58,6 +59,11 @@ RUNS_INTO: tuple[ZooEntry, ...] = (
                 "v4-generate-hooks",
                 "generate",
                 "AttributeError: 'LgV4HooksForCausalLM' object has no attribute '_extract_past_from_model_output'",
+            ),
+            (
+                "v4-generate-attention-mask",
+                "generate",
+                "AttributeError: 'NoneType' object has no attribute 'new_ones'",
             ),
         ),
     ),

@@ -1,8 +1,9 @@
 """The toy causal LM as remote code written for transformers 4.41 in ChatGLM's way (a loadguard zoo model; remote code):
 it keeps its own past (a tuple: how many tokens it has seen), takes it back in its own
 ``_update_model_kwargs_for_generation`` through ``GenerationMixin._extract_past_from_model_output`` (removed in 4.47),
-and its config says ``num_layers``. It loads and runs a forward pass; ``generate`` raises ``AttributeError`` on
-transformers 5 (first building its default cache, which asks the config for ``num_hidden_layers``, then in the hook).
+grows the attention mask it is handed, and its config says ``num_layers``. It loads and runs a forward pass;
+``generate`` raises ``AttributeError`` on transformers 5 (building its default cache, which asks the config for
+``num_hidden_layers``; in the hook; then on the mask 5.x drops when it is all ones).
 Its buffers are not rebuilt either.
 """
 
@@ -28,7 +29,7 @@ class LgV4HooksForCausalLM(LgToyForCausalLM):
 
     def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False, standardize_cache_format=False):
         model_kwargs["past_key_values"] = self._extract_past_from_model_output(outputs, standardize_cache_format=standardize_cache_format)
-        if model_kwargs.get("attention_mask") is not None:
+        if "attention_mask" in model_kwargs:
             mask = model_kwargs["attention_mask"]
             model_kwargs["attention_mask"] = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         return model_kwargs
