@@ -13,7 +13,8 @@ modules still resolve (``AlbertTokenizerFast``) is not listed.
 Entries, each with an ``id`` the workarounds' coverage is written against (``tests/workarounds/test_api_diff.py``):
 
 - ``config:NAME`` an attribute every 4.x config carried (with its 4.x value) that 5.x configs lack;
-- ``model:CLASS.NAME`` a class-level name of ``PreTrainedModel`` / ``GenerationMixin`` gone in 5.x;
+- ``model:CLASS.NAME`` a class-level name of ``PreTrainedModel`` / ``GenerationMixin`` / ``Cache`` / ``DynamicCache``
+  gone in 5.x;
 - ``signature:CLASS.NAME`` a method whose parameters changed (4.x and 5.x parameters);
 - ``name:MODULE:NAME`` a module-level name gone from a module 5.x still has (with where 4.x's object lived);
 - ``module:MODULE`` a module gone; ``auto:NAME`` an auto class gone.

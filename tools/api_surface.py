@@ -3,7 +3,8 @@
     python tools/api_surface.py [--modules all|core] > surface.json
 
 Surfaces: ``config`` (every attribute a plain ``PretrainedConfig()`` carries, with its value), ``model`` (the
-class-level names of ``PreTrainedModel`` and ``GenerationMixin``, with each method's parameters), ``modules``
+class-level names of ``PreTrainedModel``, ``GenerationMixin`` and the cache classes ``Cache`` and ``DynamicCache``,
+with each method's parameters), ``modules``
 (module-level names, each with where its object lives, of ``transformers`` and the modules remote code imports from
 (:data:`CORE_MODULES`: ``modeling_utils``, ``pytorch_utils``, ``activations``, ``cache_utils``, ``onnx`` ...) and, with ``--modules all``, every
 ``transformers.models.*.modeling_*`` module; a module that does not exist is recorded as absent), ``auto`` (the auto
@@ -47,6 +48,9 @@ CORE_MODULES = (
     "transformers.integrations",
     "transformers.deepspeed",
 )
+
+
+CACHE_CLASSES = ("Cache", "DynamicCache")
 
 
 def _jsonable(value):
@@ -161,6 +165,16 @@ def main() -> None:
     json.dump(surface, sys.stdout, indent=1, sort_keys=True)
 
 
+def _cache_classes() -> dict:
+    """The cache classes generate-time code calls (``DynamicCache.from_legacy_cache``, ``cache.get_usable_length``):
+    their class-level names, where this release has them (``transformers.cache_utils`` came in 4.36)."""
+    try:
+        from transformers import cache_utils
+    except Exception:
+        return {}
+    return {name: _class_names(getattr(cache_utils, name)) for name in CACHE_CLASSES if hasattr(cache_utils, name)}
+
+
 def collect() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--modules", choices=["core", "all"], default="core")
@@ -172,7 +186,11 @@ def collect() -> dict:
     surface = {
         "transformers": transformers.__version__,
         "config": {k: _jsonable(v) for k, v in sorted(vars(config).items()) if not k.startswith("__")},
-        "model": {"PreTrainedModel": _class_names(PreTrainedModel), "GenerationMixin": _class_names(GenerationMixin)},
+        "model": {
+            "PreTrainedModel": _class_names(PreTrainedModel),
+            "GenerationMixin": _class_names(GenerationMixin),
+            **_cache_classes(),
+        },
         "modules": {},
         "auto": sorted(n for n in dir(transformers) if n.startswith("AutoModel")),
     }

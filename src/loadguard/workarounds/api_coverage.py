@@ -15,6 +15,7 @@ from .v4_api import V4_MODEL_ATTRIBUTES, v4_config_defaults
 from .v4_auto import V4_AUTO_CLASSES
 from .v4_generate import HOOK
 from .v4_names import diff, provider
+from .v4_runtime import LEGACY_CACHE
 
 # (names matching the pattern, why v4-module-names gives no stand-in): the name entries no workaround serves
 NAMES_DECLINED: tuple[tuple[str, str], ...] = (
@@ -142,6 +143,36 @@ DECLINED: tuple[tuple[str, str], ...] = (
         "generation entry points users call; an override of generate that calls super().generate with 4.x keywords keeps working",
     ),
     (
+        r"^model:(Dynamic)?Cache\.(key_cache|value_cache)$",
+        "4.4x-4.56's per-layer tensor lists, replaced by cache.layers[i].keys / .values: code that reads or writes them "
+        "must be ported (a read-only stand-in would drop its writes without a word)",
+    ),
+    (
+        r"^model:(Dynamic)?Cache\.seen_tokens$",
+        "the token count 4.36-4.46 kept and deprecated: get_seq_length() gives it on 4.x and 5.x alike",
+    ),
+    (
+        r"^model:(Dynamic)?Cache\.(max_batch_size|max_cache_len|get_max_cache_shape)$",
+        "a static cache's sizing, which 5.x keeps per layer: generate-time code that sizes a cache by it must be ported",
+    ),
+    (
+        r"^model:(Dynamic)?Cache\.(append_new_layers|batch_split|from_batch_splits)$",
+        "what transformers' own update and contrastive search (removed in 5.x) called: model code does not",
+    ),
+    (
+        r"^signature:(Dynamic)?Cache\.update$",
+        "5.x takes *args/**kwargs after layer_idx: a call with 4.x's cache_kwargs (by position or keyword) is accepted",
+    ),
+    (
+        r"^signature:(Dynamic)?Cache\.(early_initialization|get_mask_sizes)$",
+        "called by transformers' own generate and masking, never by model code",
+    ),
+    (
+        r"^signature:(Dynamic)?Cache\.crop$",
+        "crop(max_length) kept the first max_length tokens in 4.x; 5.x's crop(tokens_to_remove) removes that many: "
+        "the same call means another thing, which no stand-in can tell apart; code that crops must be ported",
+    ),
+    (
         r"^signature:GenerationMixin\.prepare_inputs_for_generation$",
         "5.x calls it with keyword arguments only: a 4.x override taking **kwargs keeps working, one that does not says which keyword",
     ),
@@ -158,6 +189,12 @@ def coverage(entry_id: str) -> tuple[str, str]:
     kind, _, rest = entry_id.partition(":")
     if kind == "model" and rest.split(".", 1)[1] == HOOK:
         return "covered", "v4-generate-hooks"
+    if (
+        kind == "model"
+        and rest.split(".", 1)[0] in ("Cache", "DynamicCache")
+        and rest.split(".", 1)[1] in LEGACY_CACHE
+    ):
+        return "covered", "v4-legacy-cache"
     if _entries().get(entry_id, {}).get("via") == "GenerationMixin":
         return "declined", (
             "a GenerationMixin method PreTrainedModel inherited until 4.50: a model class that lists only "

@@ -264,10 +264,14 @@ def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
     return previous_seq_length
 
 
+LEGACY_CACHE = ("from_legacy_cache", "to_legacy_cache", "get_usable_length")
+"""What v4-legacy-cache gives back (the API diff's ``model:DynamicCache.*`` / ``model:Cache.*`` entries it covers)."""
+
+
 def _legacy_cache_native() -> bool:
     from transformers import DynamicCache
 
-    return all(hasattr(DynamicCache, name) for name in ("from_legacy_cache", "to_legacy_cache", "get_usable_length"))
+    return all(hasattr(DynamicCache, name) for name in LEGACY_CACHE)
 
 
 @workaround(
