@@ -64,6 +64,8 @@ DEFERRED_MODULES: dict[str, str] = {
     "workarounds.remote_code": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
     "workarounds.v4_behaviour": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
     "workarounds.v4_runtime": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
+    "workarounds.v4_config_cache": "registered with every workaround: the code edits (_codemod: libcst) load when one "
+    "runs",
     "workarounds.v4_generate": "registered with every workaround: the code edits (_codemod: libcst) load when one "
     "runs",
     "workarounds.v4_onnx": "registered with every workaround: transformers (and the code edits) load when it runs",

@@ -151,3 +151,37 @@ def test_the_mask_is_restored_only_in_hooks_that_use_it_unchecked():
     assert 'kwargs["attention_mask"] = input_ids.new_ones(input_ids.shape[:2])' in text
     assert text.index('"""Grow the mask."""') < text.index('del model_kwargs["attention_mask"]')  # after the docstring
     compile(text, "modeling_m.py", "exec")
+
+
+CONFIG_FILE = (
+    "from transformers import PretrainedConfig\n\n\n"
+    "class GlmConfig(PretrainedConfig):\n"
+    "    model_type = 'glm_use_cache_test'\n\n"
+    "    def __init__(self, num_layers=2, **kwargs):\n"
+    "        self.num_layers = num_layers\n"
+    "        super().__init__(**kwargs)\n"
+)
+
+
+def test_use_cache_is_kept_as_config_json_gave_it():
+    """v4-config-use-cache: transformers 5 takes use_cache off a config class that does not set it (4.x kept it): the
+    source fix keeps it; a class that sets it itself, or a config.json without it, is left as written."""
+    keep = loadguard.workarounds.get("v4-config-use-cache")
+    edited, _ = keep.source_fix({"configuration_glm.py": CONFIG_FILE}, {"use_cache": True}, None)
+    namespace: dict = {}
+    exec(compile(edited["configuration_glm.py"], "configuration_glm.py", "exec"), namespace)
+    assert namespace["GlmConfig"](use_cache=True).use_cache is True
+    assert namespace["GlmConfig"](use_cache=False).use_cache is False
+    assert keep.source_fix({"configuration_glm.py": CONFIG_FILE}, {}, None)[0] == {}
+    sets = CONFIG_FILE.replace(
+        "        self.num_layers = num_layers\n", "        self.use_cache = kwargs.pop('use_cache', True)\n"
+    )
+    assert keep.source_fix({"configuration_glm.py": sets}, {"use_cache": True}, None)[0] == {}
+
+
+@v5_only
+def test_transformers_5_drops_use_cache_and_the_workaround_keeps_it(tmp_path):
+    from transformers import PretrainedConfig
+
+    assert not hasattr(PretrainedConfig(use_cache=True), "use_cache")  # what the workaround answers
+    assert not loadguard.workarounds.get("v4-config-use-cache").is_native()

@@ -84,6 +84,7 @@ with registering_from(BUILT_IN):  # the built-ins depend on the registry only; r
         v4_api,
         v4_auto,
         v4_behaviour,
+        v4_config_cache,
         v4_generate,
         v4_names,
         v4_onnx,

@@ -22,6 +22,7 @@ PAST_THE_LOAD = (
     "v4-generate-hooks",
     "v4-cache-layer-count",
     "v4-generate-attention-mask",
+    "v4-config-use-cache",
 )
 """The workarounds for v4 APIs that code calls when it runs (``forward``, ``generate``), which a load never meets:
 ``loadguard fix`` writes their source fix when the files call what they give back and this transformers lacks it."""
