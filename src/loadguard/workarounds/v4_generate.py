@@ -365,7 +365,7 @@ def _mask_wrapper(hook: str, original):
         ("AttributeError", r"'NoneType' object has no attribute '(new_ones|bool|long|int|float|cumsum|shape|sum)'")
     ],
     native=_mask_native,
-    touches=r"\b(prepare_inputs_for_generation|_update_model_kwargs_for_generation)\b",
+    touches=_MASK_USED.pattern,  # code that reads the mask or uses something of it (hooks among it)
     source_fix=lambda sources, config, model: (
         _restore_mask(sources),
         "its generation hooks see the attention mask as 4.x handed it (transformers 5 drops an all-ones mask)",
