@@ -102,27 +102,40 @@ def hook_helpers(config: dict) -> dict[str, str]:
 )
 @contextlib.contextmanager
 def generate_hooks(path, config: dict) -> Iterator[Usage]:
+    stand_in = named_past_from_model_output if _named(config) else past_from_model_output
+
+    def patch(cls) -> list[str]:
+        if hasattr(cls, HOOK):
+            return []
+        setattr(cls, HOOK, stand_in)
+        return [cls.__name__]
+
+    calls = "\n".join(model_code(path)).count(HOOK)  # only code that calls it is given it
+    release = "4.42-4.46" if _named(config) else "4.41"
+    with given_to_model_classes(
+        patch, calls > 0 and not _hooks_native(), f"gave {{}} {HOOK} as transformers {release} had it", count=calls
+    ) as usage:
+        yield usage
+
+
+@contextlib.contextmanager
+def given_to_model_classes(patch, needed: bool, said: str, count: int | None = None) -> Iterator[Usage]:
+    """A workaround's block that gives the model's own classes what it stands for: ``patch(cls)`` on every
+    ``PreTrainedModel`` subclass the model's code defines while it runs (where ``needed``), returning what it gave. The
+    usage counts ``count`` (the code's uses) or what was given; its detail is ``said`` with those names."""
     from transformers import PreTrainedModel
 
     usage = Usage()
     given: list[str] = []
-    stand_in = named_past_from_model_output if _named(config) else past_from_model_output
-
-    def patch(cls) -> None:
-        if not hasattr(cls, HOOK):
-            setattr(cls, HOOK, stand_in)
-            given.append(cls.__name__)
-
-    sources = "\n".join(model_code(path))
-    usage.count = sources.count(HOOK)  # only code that calls it is given it
     with (
-        on_new_subclasses(PreTrainedModel, patch) if usage.count and not _hooks_native() else contextlib.nullcontext()
+        on_new_subclasses(PreTrainedModel, lambda cls: given.extend(patch(cls)))
+        if needed
+        else contextlib.nullcontext()
     ):
         yield usage
+    usage.count = len(given) if count is None else count
     if given:
-        usage.detail = (
-            f"gave {', '.join(given)} {HOOK} as transformers {'4.42-4.46' if _named(config) else '4.41'} had it"
-        )
+        usage.detail = said.format(", ".join(given))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -230,24 +243,16 @@ def _add_cache_method(sources: dict[str, str], config: dict) -> dict[str, str]:
 )
 @contextlib.contextmanager
 def cache_layer_count(path, config: dict) -> Iterator[Usage]:
-    from transformers import PreTrainedModel
-
-    usage = Usage()
-    given: list[str] = []
-
-    def patch(cls) -> None:
-        if "_supports_default_dynamic_cache" not in vars(cls) and _GENERATES.search(_own_source(cls)):
-            cls._supports_default_dynamic_cache = no_cache_without_layers(cls)
-            given.append(cls.__name__)
+    def patch(cls) -> list[str]:
+        if "_supports_default_dynamic_cache" in vars(cls) or not _GENERATES.search(_own_source(cls)):
+            return []
+        cls._supports_default_dynamic_cache = no_cache_without_layers(cls)
+        return [cls.__name__]
 
     needed = not _layer_count_native() and not _says_layer_count(_config_files(path), config)
-    with on_new_subclasses(PreTrainedModel, patch) if needed else contextlib.nullcontext():
+    said = "gave {} no default cache in generate: its config does not say num_hidden_layers"
+    with given_to_model_classes(patch, needed, said) as usage:
         yield usage
-    usage.count = len(given)
-    if given:
-        usage.detail = (
-            f"gave {', '.join(given)} no default cache in generate: its config does not say num_hidden_layers"
-        )
 
 
 def _config_files(path) -> dict[str, str]:
@@ -373,40 +378,27 @@ def _mask_wrapper(hook: str, original):
 )
 @contextlib.contextmanager
 def generate_attention_mask(path, config: dict) -> Iterator[Usage]:
-    import inspect
-
-    from transformers import PreTrainedModel
-
-    usage = Usage()
-    given: list[str] = []
-
-    def patch(cls) -> None:
+    def patch(cls) -> list[str]:
+        wrapped = []
         for hook in MASK_HOOKS:
             own = vars(cls).get(hook)
-            if own is None or not callable(own):
-                continue
-            try:
-                body = inspect.getsource(own)
-            except (OSError, TypeError):
-                continue
-            if _uses_mask_unchecked(body):
+            if callable(own) and _uses_mask_unchecked(_own_source(own)):
                 setattr(cls, hook, _mask_wrapper(hook, own))
-                given.append(f"{cls.__name__}.{hook}")
+                wrapped.append(f"{cls.__name__}.{hook}")
+        return wrapped
 
-    with on_new_subclasses(PreTrainedModel, patch) if not _mask_native() else contextlib.nullcontext():
+    said = "gave {} the attention mask as transformers 4 handed it"
+    with given_to_model_classes(patch, not _mask_native(), said) as usage:
         yield usage
-    usage.count = len(given)
-    if given:
-        usage.detail = f"gave {', '.join(given)} the attention mask as transformers 4 handed it"
 
 
-def _own_source(cls) -> str:
+def _own_source(code) -> str:
     import inspect
 
     try:
-        return inspect.getsource(cls)
+        return inspect.getsource(code)
     except (OSError, TypeError):
         return ""
 
 
-__all__ = ["HOOK", "hook_helpers", "no_cache_without_layers", "past_from_model_output"]
+__all__ = ["HOOK", "given_to_model_classes", "hook_helpers", "no_cache_without_layers", "past_from_model_output"]
