@@ -314,3 +314,21 @@ time.sleep(300)
     assert "stopped by SIGTERM; every process this run started was stopped with it" in err
     time.sleep(0.2)
     assert not _alive(model)
+
+
+@linux
+def test_after_cuda_work_a_call_from_python_runs_in_its_own_process(zoo_folder, tmp_path, capsys, monkeypatch):
+    """A forked child cannot use the CUDA its parent started: main() called from Python after CUDA work runs the
+    command in its own process (as the Python API does), and refuses the limits that need a child, saying why."""
+    import torch
+
+    from ..conftest import run_cli
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    where = tmp_path / "where"
+    where.mkdir()
+    folder = _with_init(zoo_folder, tmp_path, "where-cuda", _WHERE.format(folder=str(where)))
+    code, _, _ = run_cli(capsys, "audit", str(folder), "--trust-remote-code", "--format", "json")
+    assert code in (0, 1) and [int(p.stem) for p in where.glob("*.where")] == [os.getpid()]
+    code, _, err = run_cli(capsys, "audit", str(folder), "--trust-remote-code", "--timeout", "60")
+    assert code == 2 and "cannot use CUDA once this process has started it" in err

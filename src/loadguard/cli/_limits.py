@@ -129,6 +129,16 @@ def in_a_child(call, timeout: float | None, limit: int | None, what: str, unfini
     raise error
 
 
+def _cuda_started() -> bool:
+    """Whether this process has started CUDA (a call from Python after CUDA work; the ``loadguard`` command never has):
+    a forked child could not use it."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001  (a torch without CUDA support answers no)
+        return False
+
+
 def limits_options(command=None, *, unfinished=None):
     """Adds ``--timeout SECONDS`` and ``--memory-limit SIZE`` to a command that runs one model's code, and runs that
     code in a child of its own (:func:`in_a_child`) wherever ``os.fork`` exists. ``unfinished(kwargs, error)``: what the
@@ -145,6 +155,14 @@ def limits_options(command=None, *, unfinished=None):
             if timeout is not None or limit is not None:
                 raise InvalidOptionError(
                     "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
+                )
+            return command(*args, **kwargs)
+        if _cuda_started():  # a forked child cannot use the CUDA this process started: in this process
+            if timeout is not None or limit is not None:
+                raise InvalidOptionError(
+                    "--timeout and --memory-limit run the model in a forked child, which cannot use CUDA once this "
+                    "process has started it",
+                    "call loadguard.cli.main before any CUDA work, or run the `loadguard` command",
                 )
             return command(*args, **kwargs)
         return in_a_child(
