@@ -165,8 +165,9 @@ def fix(
     ran = {name for name, module in model.named_modules() if id(module) in called} if called.observed else None
     seconds["scan" if weightless else "audit"] = time.perf_counter() - start
     findings = tuple(report.failures)
+    plan = plan_fix(model, report, folder, list(needed), ran)
     # a load that is right can still break when the model runs (v4 code in forward or generate): that is a change too
-    late = _needed_past_the_load(plan_fix(model, report, folder, [], ran), needed, model) if not findings else []
+    late = _needed_past_the_load(plan, needed, model)
     if not findings and not needed and not late:
         return FixResult(
             label,
@@ -182,10 +183,7 @@ def fix(
             seconds,
             weightless=weightless,
         )
-    plan = plan_fix(model, report, folder, list(needed), ran)
-
     upstream = upstream_patch(model, report)
-    late = late or _needed_past_the_load(plan, needed, model)
     if late:  # v4 code past the load: the workarounds its forward or generate needs stand for source edits too
         needed += tuple(late)
         plan = plan_fix(model, report, folder, list(needed), ran)

@@ -129,14 +129,26 @@ def in_a_child(call, timeout: float | None, limit: int | None, what: str, unfini
     raise error
 
 
-def _cuda_started() -> bool:
-    """Whether this process has started CUDA (a call from Python after CUDA work; the ``loadguard`` command never has):
-    a forked child could not use it."""
+def _not_in_a_child() -> tuple[str, str] | None:
+    """Why the command must run the model's code in this process, with the hint for the limits that need a child;
+    None where a child is possible. No ``os.fork`` (not Linux/macOS); or a call from Python after CUDA work (the
+    ``loadguard`` command never has started it), whose CUDA a forked child could not use."""
+    from .._infra import forks
+
+    if not forks.available():
+        return "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
     torch = sys.modules.get("torch")
     try:
-        return bool(torch is not None and torch.cuda.is_initialized())
+        cuda = bool(torch is not None and torch.cuda.is_initialized())
     except Exception:  # noqa: BLE001  (a torch without CUDA support answers no)
-        return False
+        cuda = False
+    if cuda:
+        return (
+            "--timeout and --memory-limit run the model in a forked child, which cannot use CUDA once this process "
+            "has started it",
+            "call loadguard.cli.main before any CUDA work, or run the `loadguard` command",
+        )
+    return None
 
 
 def limits_options(command=None, *, unfinished=None):
@@ -148,22 +160,11 @@ def limits_options(command=None, *, unfinished=None):
 
     @functools.wraps(command)
     def limited(*args, timeout=None, memory=None, **kwargs):
-        from .._infra import forks
-
         limit = memory_limit(memory, 1, fleet=False) if memory else None
-        if not forks.available():  # no fork here (not Linux/macOS): in this process, as from_pretrained runs
+        refused = _not_in_a_child()
+        if refused is not None:  # in this process, as from_pretrained runs: no limit can hold here
             if timeout is not None or limit is not None:
-                raise InvalidOptionError(
-                    "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
-                )
-            return command(*args, **kwargs)
-        if _cuda_started():  # a forked child cannot use the CUDA this process started: in this process
-            if timeout is not None or limit is not None:
-                raise InvalidOptionError(
-                    "--timeout and --memory-limit run the model in a forked child, which cannot use CUDA once this "
-                    "process has started it",
-                    "call loadguard.cli.main before any CUDA work, or run the `loadguard` command",
-                )
+                raise InvalidOptionError(*refused)
             return command(*args, **kwargs)
         return in_a_child(
             lambda: command(*args, **kwargs),

@@ -17,6 +17,7 @@ elsewhere it does what the model's 4.x did.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Iterator
 
@@ -28,6 +29,8 @@ from .v4_api import on_new_subclasses
 from .v4_runtime import free_helper, method_helper, rewrite_calls
 
 HOOK = "_extract_past_from_model_output"
+GENERATION_HOOKS = ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation")
+"""The model's own generation hooks 5.x's generate still calls: where a v4 model keeps its own past and mask."""
 NAMED_FROM = Version("4.42")
 """The first release whose ``_extract_past_from_model_output`` returns ``(cache name, past)`` instead of the past."""
 
@@ -169,7 +172,7 @@ def _method_source() -> str:
     return first + "\n" + note + rest.replace("super(cls, self)", "super()")
 
 
-_GENERATES = re.compile(r"^\s+def (prepare_inputs_for_generation|_update_model_kwargs_for_generation)\(", re.M)
+_GENERATES = re.compile(r"^\s+def (" + "|".join(GENERATION_HOOKS) + r")\(", re.M)
 
 
 _LAYER_COUNT_NAMED = re.compile(r"""["']num_hidden_layers["']\s*:|def\s+num_hidden_layers\b""")
@@ -211,10 +214,7 @@ def _add_cache_method(sources: dict[str, str], config: dict) -> dict[str, str]:
         class Classes(cst.CSTTransformer):
             def leave_ClassDef(self, original, updated):
                 names = {s.name.value for s in updated.body.body if isinstance(s, cst.FunctionDef)}
-                if (
-                    names & {"prepare_inputs_for_generation", "_update_model_kwargs_for_generation"}
-                    and "_supports_default_dynamic_cache" not in names
-                ):
+                if names & set(GENERATION_HOOKS) and "_supports_default_dynamic_cache" not in names:
                     return updated.with_changes(body=updated.body.with_changes(body=[*updated.body.body, added]))
                 return updated
 
@@ -234,7 +234,7 @@ def _add_cache_method(sources: dict[str, str], config: dict) -> dict[str, str]:
     upstream="the model's repository (name the layer count num_hidden_layers, or an attribute_map entry for it)",
     fixes=[("AttributeError", r"'\w*Config' object has no attribute 'num_hidden_layers'")],
     native=_layer_count_native,
-    touches=r"\b(prepare_inputs_for_generation|_update_model_kwargs_for_generation)\b",
+    touches=r"\b(" + "|".join(GENERATION_HOOKS) + r")\b",
     source_fix=lambda sources, config, model: (
         _add_cache_method(sources, config),
         "gives the model's generating classes _supports_default_dynamic_cache: no default cache for a config "
@@ -270,7 +270,6 @@ def _config_files(path) -> dict[str, str]:
 
 _MASK_USED = re.compile(r"""attention_mask["']\]|attention_mask\s*\.\s*\w+""")
 _MASK_CHECKED = re.compile(r"""attention_mask(?:["']\]|["']\))?\s+is\s+(?:not\s+)?None""")
-MASK_HOOKS = ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation")
 
 
 def _uses_mask_unchecked(body: str) -> bool:
@@ -279,6 +278,7 @@ def _uses_mask_unchecked(body: str) -> bool:
     return bool(_MASK_USED.search(body)) and not _MASK_CHECKED.search(body)
 
 
+@functools.cache
 def _mask_native() -> bool:
     import inspect
 
@@ -314,13 +314,13 @@ def _restore_mask(sources: dict[str, str]) -> dict[str, str]:
 
     edited = {}
     for file, text in sources.items():
-        if not file.endswith(".py") or not any(hook in text for hook in MASK_HOOKS):
+        if not file.endswith(".py") or not any(hook in text for hook in GENERATION_HOOKS):
             continue
         tree = cst.parse_module(text)
 
         class Hooks(cst.CSTTransformer):
             def leave_FunctionDef(self, original, updated):
-                if updated.name.value not in MASK_HOOKS:
+                if updated.name.value not in GENERATION_HOOKS:
                     return updated
                 if not _uses_mask_unchecked(tree.code_for_node(original.body)):
                     return updated
@@ -339,8 +339,6 @@ def _restore_mask(sources: dict[str, str]) -> dict[str, str]:
 
 
 def _mask_wrapper(hook: str, original):
-    import functools
-
     if hook == "_update_model_kwargs_for_generation":
 
         def update(self, outputs, model_kwargs, *args, **kwargs):
@@ -380,7 +378,7 @@ def _mask_wrapper(hook: str, original):
 def generate_attention_mask(path, config: dict) -> Iterator[Usage]:
     def patch(cls) -> list[str]:
         wrapped = []
-        for hook in MASK_HOOKS:
+        for hook in GENERATION_HOOKS:
             own = vars(cls).get(hook)
             if callable(own) and _uses_mask_unchecked(_own_source(own)):
                 setattr(cls, hook, _mask_wrapper(hook, own))
