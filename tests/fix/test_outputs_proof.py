@@ -333,3 +333,21 @@ def test_a_model_that_loads_right_and_breaks_in_generate_is_not_called_clean(
     assert result.findings == () and result.status == "fixed", result.to_json()
     assert {"v4-generate-hooks", "v4-cache-layer-count"} <= set(result.workarounds)
     assert [p.ok for p in result.proofs] == [True, True, True]
+
+
+@v5_only
+def test_a_clean_model_whose_files_only_mention_what_5x_lacks_stays_clean(zoo_folder, compat, tmp_path):
+    """Its config class drops use_cache on 5.x and a method reads config.use_cache, but nothing that runs reads it:
+    the model does not break when run, so fix says clean and writes nothing (the files' word alone is no verdict)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "mentions_use_cache"  # a name of its own: its modules are kept by it
+    shutil.copytree(zoo_folder("clean"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "use_cache": True}))
+    with open(folder / "modeling_lgtoy.py", "a") as handle:
+        handle.write("\n\ndef _never_called(model):\n    return model.config.use_cache\n")
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
+    assert (result.status, result.out, result.workarounds) == ("clean", None, ()), result.to_json()
+    assert not (tmp_path / "fixed").exists()

@@ -37,7 +37,7 @@ from .. import _audit
 from .. import workarounds as registry
 from .._audit import load_unaudited
 from .._codemod import Refused
-from .._hf import init_weights_calls
+from .._hf import init_weights_calls, model_outputs, synthetic
 from .._infra import remove_tree
 from .._scan import scan_with_model
 from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
@@ -166,8 +166,11 @@ def fix(
     seconds["scan" if weightless else "audit"] = time.perf_counter() - start
     findings = tuple(report.failures)
     plan = plan_fix(model, report, folder, list(needed), ran)
-    # a load that is right can still break when the model runs (v4 code in forward or generate): that is a change too
+    # a load that is right can still break when the model runs (v4 code in forward or generate): that is a change too,
+    # once the model is seen to break (the files calling what this transformers lacks is not enough to call it broken)
     late = _needed_past_the_load(plan, needed, model)
+    if late and not findings and not needed and not _breaks_when_run(model, folder, weightless, late):
+        late = []
     if not findings and not needed and not late:
         return FixResult(
             label,
@@ -287,6 +290,22 @@ def _needed_past_the_load(plan: Any, needed: tuple[str, ...], model: Any) -> lis
         if changed:
             found.append(name)
     return found
+
+
+def _breaks_when_run(model: Any, folder: Path, weightless: bool, late: list[str]) -> bool:
+    """Whether the model, whose load is right, fails when it runs here (one forward pass and greedy tokens on inputs
+    built from its config) with a failure one of ``late`` declares. Without weights it runs built from its config with
+    synthetic values; one that cannot be built so (too big, or its construction fails here) is taken at its files'
+    word, and proof (c) decides."""
+    if weightless:
+        try:
+            model, _ = synthetic(str(folder))
+        except Exception:  # noqa: BLE001  (it does not build here: proof (c) decides)
+            model = None
+        if model is None:
+            return True
+    crash = model_outputs(model, fixes=registry.fixes_for)["error"]
+    return crash is not None and bool(set(crash.get("fixes") or ()) & set(late))
 
 
 def _forget_modules(staging: str) -> None:
