@@ -6,6 +6,7 @@ All derive from :class:`LoadguardError`, whose ``hint`` is the next step for the
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Iterable
 
@@ -33,7 +34,11 @@ def fixes_hint(names: Iterable[str], how: str = "api") -> str:
     the CLI (``--workaround NAME``) or the pytest plugin (the marker) words it."""
     names = list(names)
     if how == "pytest":
-        return f"known failure of code written for older transformers/torch: mark the test @pytest.mark.loadguard(workarounds={names!r}) (or workarounds='auto')"
+        return (
+            f"known failure of code written for older transformers/torch: mark the test "
+            f"@pytest.mark.loadguard(workarounds={names!r}) (or workarounds='auto': every workaround the load then needs; "
+            "a whole module: pytestmark = pytest.mark.loadguard(workarounds='auto'))"
+        )
     if how == "cli":
         flags = " ".join(f"--workaround {name}" for name in names)
         return f"known failure of code written for older transformers/torch: run again with {flags} (or --workaround auto)"
@@ -71,6 +76,16 @@ def command_line(
     return shlex.join([*words, *extra])
 
 
+def fix_command_line(path: str, *, trust_remote_code: bool = False) -> str:
+    """The ``loadguard fix`` command that writes the lasting change for a model's author: a fixed copy beside the
+    folder (a Hub id's copy in the current folder), with the loading flags its load needed. ``fix`` finds the
+    workarounds the original needs by itself (``auto``)."""
+    text = str(path).rstrip("/") or str(path)
+    name = os.path.basename(text) or "model"
+    out = os.path.join(os.path.dirname(text), f"{name}-fixed") if os.path.isdir(text) else f"{name}-fixed"
+    return command_line("fix", str(path), trust_remote_code=trust_remote_code, extra=("--out", out))
+
+
 class UnknownZooEntryError(LoadguardError, KeyError):
     def __init__(self, name: str, known: Iterable[str]):
         super().__init__(
@@ -88,6 +103,11 @@ class FolderNotEmptyError(LoadguardError):
             f"{folder} already exists and is not empty; loadguard never writes over existing files",
             "pass a new or empty folder",
         )
+
+
+class BrokenEnvironmentError(LoadguardError):
+    """The Python environment cannot import what loading needs (a package built for another torch, a stand-in on
+    ``PYTHONPATH``): not the model's fault, nor loadguard's."""
 
 
 class ModelNotFoundError(LoadguardError):

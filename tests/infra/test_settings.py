@@ -43,7 +43,8 @@ def test_the_nearest_table_is_read_and_checked(tmp_path):
     [
         ("trust_remote_code = true", "unknown key 'trust_remote_code'"),  # never from a file: asked for per run
         ('jobs = "two"', "jobs = 'two' is not a whole number"),
-        ('workarounds = "auto"', "is not a list of strings"),
+        ("workarounds = 3", "is not a list of strings"),
+        ('workarounds = ["auto", 1]', "is not a list of strings"),
         ('plugin = "always"', "plugin = 'always' is not one of off, warn, fail, repair"),
     ],
 )
@@ -52,6 +53,14 @@ def test_a_bad_table_is_one_clear_error(tmp_path, text, said):
     with pytest.raises(InvalidOptionError) as info:
         load(tmp_path)
     assert said in str(info.value)
+
+
+def test_workarounds_auto_as_a_string_means_the_list(tmp_path):
+    """One spelling means the same as the other, as in the marker, the fixtures, loadguard.load and HfRunner."""
+    _project(tmp_path, '[tool.loadguard]\nworkarounds = "auto"\n')
+    assert load(tmp_path).get("workarounds") == ["auto"]
+    _project(tmp_path, '[tool.loadguard]\nworkarounds = ["auto"]\n')
+    assert load(tmp_path).get("workarounds") == ["auto"]
 
 
 @needs_v5

@@ -175,7 +175,7 @@ def test_a_load_that_fails_like_v4_code_names_the_marker_that_fixes_it(suite):
         "loadguard: known failure of code written for older transformers/torch: mark the test @pytest.mark.loadguard(workarounds=['v4-rope-scaling'])"
         in out
     )
-    assert "mark the test @pytest.mark.loadguard(workarounds=['v4-torch-fx-available']) (or workarounds='auto')" in out
+    assert "mark the test @pytest.mark.loadguard(workarounds=['v4-torch-fx-available']) (or workarounds='auto'" in out
 
 
 @needs_v5

@@ -13,7 +13,7 @@ from .. import _files, _hf
 from .. import workarounds as registry
 from .._hf import poison as poison_context
 from .._infra import observers
-from ..errors import BrokenModelError, InvalidOptionError, LoadguardWarning
+from ..errors import BrokenModelError, InvalidOptionError, LoadguardWarning, fix_command_line
 from ..report import AuditReport, RepairResult
 from .repairing import repair
 from .workaround_audit import audit_after_load
@@ -131,9 +131,10 @@ def load(
         observers.notify("load", report=report, repair=None, policy=on_problem, held=model.loadguard_report)
         if report.ok:
             return model
+        hint = _hint(report, path, bool(from_pretrained_kwargs.get("trust_remote_code")))
         if on_problem == "raise":
-            raise BrokenModelError(report, describe_failures(report), _hint(report))
-        warnings.warn(LoadguardWarning(f"{describe_failures(report)}. {_hint(report)}"), stacklevel=2)
+            raise BrokenModelError(report, describe_failures(report), hint)
+        warnings.warn(LoadguardWarning(f"{describe_failures(report)}. {hint}"), stacklevel=2)
         return model
     result = repair(model, report)
     attach(model, as_loaded, report, result)
@@ -170,8 +171,12 @@ def describe_unrepaired(result: RepairResult) -> str:
     return f"{describe_failures(result.before)}; repair left it broken ({left})"
 
 
-def _hint(report: AuditReport) -> str:
-    return (
-        "repair it in memory with loadguard.repair(model, report) (or load(..., on_problem='repair')); "
-        "the lasting fix is an _init_weights branch that rebuilds these tensors"
+def _hint(report: AuditReport, path: Any = None, trust_remote_code: bool = False) -> str:
+    """Repair now, and the lasting fix: the ``loadguard fix`` command that writes the model's ``_init_weights`` change."""
+    lasting = (
+        f"the lasting fix, for everyone who loads it: {fix_command_line(str(path), trust_remote_code=trust_remote_code)} "
+        "(writes the _init_weights branch that rebuilds these tensors, proven)"
+        if isinstance(path, (str, os.PathLike))
+        else "the lasting fix is an _init_weights branch that rebuilds these tensors (loadguard fix writes it)"
     )
+    return f"repair it in memory with loadguard.repair(model, report) (or load(..., on_problem='repair')); {lasting}"

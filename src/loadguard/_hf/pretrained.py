@@ -14,7 +14,7 @@ import torch
 
 from .. import workarounds as registry
 from .._files import Checkpoint, failure, hub_offline
-from .._infra import procs
+from .._infra import import_failure, procs
 from ..errors import (
     CheckpointError,
     EagerAttentionNeededError,
@@ -224,6 +224,9 @@ def translate(
     import transformers
 
     text = str(error).split("\n")[0]
+    broken = import_failure(error)
+    if broken is not None:
+        return broken
     if device_map is not None and "is on the meta device, we need a `value` to put in on" in text:
         layout = (
             device_map

@@ -17,6 +17,7 @@ __getattr__, __dir__, __all__ = lazy_face(
         "forks": ("Outcome", "resident"),
         "import_hooks": ("AfterImport",),
         "locations": ("located", "source_path"),
+        "packages": ("import_failure",),
         "paths": (
             "fingerprint",
             "inside",

@@ -26,7 +26,12 @@ from .sizes import parse_size
 # key -> (type, default, what it sets)
 KEYS: dict[str, tuple[type, Any, str]] = {
     "format": (str, "table", "--format of audit, scan, compare, trace, matrix (where the command has that format)"),
-    "workarounds": (list, [], "--workaround NAME... of every command that loads models"),
+    "workarounds": (
+        list,
+        [],
+        "--workaround NAME... of every command that loads models, and of pytest tests whose marker names none "
+        '("auto" or a list of names)',
+    ),
     "baseline": (str, None, "--baseline FILE of audit and scan"),
     "timeout": (float, None, "--timeout of every command that runs model code (scan, matrix: 900 s when unset)"),
     "memory-limit": (str, None, "--memory-limit of every command that runs model code"),
@@ -158,6 +163,8 @@ def load(start: str | Path | None = None) -> Settings:
             value = float(value)
         if key == "memory-limit" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
+        if key == "workarounds" and isinstance(value, str):  # workarounds = "auto" means ["auto"], as everywhere
+            value = [value]
         wrong = _check(key, value)
         if wrong:
             example = KEYS[key][1] if KEYS[key][1] not in (None, []) else EXAMPLES.get(key)

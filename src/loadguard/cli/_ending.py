@@ -11,7 +11,7 @@ import warnings
 
 import click
 
-from .._infra import Markup, styled
+from .._infra import Markup, import_failure, styled
 from ..errors import LoadguardError, LoadguardWarning
 from ._common import ExitCode, note, report_error
 from ._consoles import stderr
@@ -40,6 +40,8 @@ def said(error: Exception, debug: bool) -> int:
     ``LOADGUARD_DEBUG=1``): the exit code, always 2."""
     if debug:
         traceback.print_exc()
+    if not isinstance(error, (LoadguardError, click.ClickException)):
+        error = import_failure(error) or error  # an environment that cannot import transformers: named as such
     if isinstance(error, LoadguardError):
         report_error(error)
     elif isinstance(error, click.ClickException):

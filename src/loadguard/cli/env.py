@@ -62,9 +62,12 @@ def self_test() -> dict:
                 k for k, v in truth.items() if loaded[k].device.type == "meta" or not torch.equal(loaded[k], v)
             )
     except Exception as error:
+        from .._infra import import_failure
+
+        broken = import_failure(error)
         return {
             "ran": False,
-            "reason": f"{type(error).__name__}: {error}",
+            "reason": f"{broken.message}. Hint: {broken.hint}" if broken else f"{type(error).__name__}: {error}",
             "seconds": round(time.perf_counter() - start, 2),
         }
     return {

@@ -14,8 +14,12 @@ Options:
   --loadguard-workarounds-from=FILE  import a Python file that registers workarounds (repeatable).
 
 Marker: ``@pytest.mark.loadguard(policy="repair", workarounds=["minicpmv-pos-cache"], strict_stale=True)``; its
-``before_import`` workarounds (or ``"auto"``) wrap every ``from_pretrained`` of the test. A load that fails
-the way a registered workaround fixes gets a note naming it (and the marker that applies it).
+``before_import`` workarounds (or ``"auto"``, the same as ``["auto"]``) wrap the whole of every load of the test as
+transformers performs it: an auto class's ``from_pretrained`` / ``from_config`` (which import the remote code first),
+a model class's ``from_pretrained``, ``AutoConfig`` / ``AutoTokenizer`` / ``AutoProcessor``, and
+``get_class_from_dynamic_module``. ``[tool.loadguard] workarounds`` is the default of tests whose marker names none.
+A test that fails the way a registered workaround fixes gets a note naming it and the marker that applies it, in every
+mode (``off`` too, where nothing else is installed).
 Fixtures: ``hf_runner`` (``with hf_runner(path, trust_remote_code=True) as r:``; policy, poison and
 workarounds come from the options and marker), ``loadguard_report`` (the audits of the current test's loads).
 The patch of ``from_pretrained`` lives for the session only and is undone at its end.
@@ -32,8 +36,8 @@ import json
 import pytest
 
 from ._fixtures import hf_runner, loadguard_report  # noqa: F401  (fixtures the plugin provides)
-from ._hook import install
-from ._state import POLICIES, Session, current_session, on_event, sessions, uses_a_fixture
+from ._hook import install, note_on_failure
+from ._state import POLICIES, Session, current_session, marker, on_event, sessions, uses_a_fixture
 from ._summary import fingerprint, pytest_runtest_makereport, pytest_runtest_protocol, pytest_terminal_summary  # noqa: F401
 from ._workers import pytest_sessionfinish, pytest_testnodedown  # noqa: F401
 
@@ -86,21 +90,21 @@ def pytest_configure(config):
         "loadguard(policy=None, workarounds=(), strict_stale=False): per-test loadguard policy and workarounds",
     )
     policy, poison = config.getoption("--loadguard"), config.getoption("--loadguard-poison")
-    if policy is None or poison is None:  # not given: the project's [tool.loadguard], found from the run's root
-        from .._infra import settings
-        from ..errors import LoadguardError
+    # what the options do not say: the project's [tool.loadguard], found from the run's root
+    from .._infra import settings
+    from ..errors import LoadguardError
 
-        try:
-            project = settings.load(config.rootpath)
-        except LoadguardError as error:
-            raise pytest.UsageError(f"{error.message}\nHint: {error.hint}") from None
-        policy = policy if policy is not None else project.get("plugin")
-        poison = poison if poison is not None else project.get("poison")
+    try:
+        project = settings.load(config.rootpath)
+    except LoadguardError as error:
+        raise pytest.UsageError(f"{error.message}\nHint: {error.hint}") from None
+    poison = poison if poison is not None else project.get("poison")
     session = Session(
-        policy=policy,
+        policy=policy if policy is not None else project.get("plugin"),
         poison=None if poison is None else bool(poison),
         record_path=config.getoption("--loadguard-record"),
         forward=bool(config.getoption("--loadguard-forward")),
+        workarounds=tuple(project.get("workarounds")),
     )
     files = config.getoption("--loadguard-workarounds-from") or []
     if files:
@@ -128,6 +132,39 @@ def pytest_collection_modifyitems(session, config, items):
         item.get_closest_marker("loadguard") is not None or uses_a_fixture(item) for item in items
     ):
         install(own)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A ``loadguard`` marker that names an unknown workaround is the test's setup error, one line listing the known
+    names; a setup (a fixture that loads) that fails the way a workaround fixes gets the note naming it."""
+    workarounds = marker(item).get("workarounds")
+    if workarounds:
+        from .. import workarounds as registry
+        from ..errors import LoadguardError
+
+        wrong = None
+        try:
+            registry.resolve(workarounds)
+        except LoadguardError as error:
+            wrong = f"the loadguard marker of {item.nodeid}: {error.message}\nHint: {error.hint}"
+        if wrong:  # failed outside the except block: one message, not a chained copy
+            pytest.fail(wrong, pytrace=False)
+    try:
+        return (yield)
+    except Exception as error:
+        note_on_failure(error, item)
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that fails the way a registered workaround fixes gets the note naming it, in every mode."""
+    try:
+        return (yield)
+    except Exception as error:
+        note_on_failure(error, item)
+        raise
 
 
 def pytest_unconfigure(config):

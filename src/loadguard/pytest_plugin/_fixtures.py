@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ._state import RUNNER_POLICY, TestRecord, current_session, marker, policy_for
+from ._state import RUNNER_POLICY, TestRecord, current_session, marker, policy_for, workarounds_for
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def hf_runner(request):
         kwargs.setdefault(
             "poison", session.poisons(policy_for(request.node, session))
         )  # as loadguard audit: poisoned unless switched off
-        kwargs.setdefault("workarounds", tuple(settings.get("workarounds", ())))
+        kwargs.setdefault("workarounds", workarounds_for(request.node, session))  # "auto" stays one name
         kwargs.setdefault("strict_stale", bool(settings.get("strict_stale", False)))
         from ..errors import BrokenModelError, LoadguardError, hint_for
 

@@ -30,6 +30,8 @@ class Session:
     record_path: str | None = None
     forward: bool = False
     """``--loadguard-forward``: each audited model is run once after its audit (:func:`loadguard.runner.check_run`)."""
+    workarounds: str | tuple = ()
+    """The workarounds of a test whose marker names none: ``[tool.loadguard] workarounds`` (``"auto"`` or names)."""
     current: Any = None  # the running test item
     records: dict = field(default_factory=dict)  # nodeid -> TestRecord
     results: dict = field(default_factory=dict)  # nodeid -> what --loadguard-record writes for this process
@@ -63,6 +65,15 @@ FIXTURES = frozenset({"loadguard_report", "hf_runner"})
 def uses_a_fixture(item) -> bool:
     """Whether the test asks for one of loadguard's fixtures: then it asked for its loads to be checked."""
     return bool(FIXTURES & set(getattr(item, "fixturenames", ()) or ()))
+
+
+def workarounds_for(item, session: Session | None = None):
+    """The workarounds a test's loads run with: its marker's ``workarounds`` (``"auto"``, a name, or a list of them: one
+    spelling means the same as the other), else the session's (``[tool.loadguard] workarounds``), else none."""
+    settings = marker(item)
+    if "workarounds" in settings:
+        return settings["workarounds"]
+    return (session or current_session()).workarounds
 
 
 def policy_for(item, session: Session | None = None) -> str:
@@ -122,4 +133,5 @@ __all__ = [
     "policy_for",
     "sessions",
     "uses_a_fixture",
+    "workarounds_for",
 ]
