@@ -70,11 +70,12 @@ def test_clean_entry_exits_0(run, zoo_folder, name):
 @needs_v5
 @pytest.mark.parametrize("name", [e.name for e in zoo.entries() if e.load_error])
 def test_code_written_for_transformers_4_names_its_workaround(run, zoo_folder, name):
-    """Each failure of v4-era code: exit 2, one Error, a Hint naming the workaround; with it (or auto), the audit
-    runs and reports what the model really gets wrong."""
+    """Each failure of v4-era code, loaded as plain transformers does (--workaround none): exit 2, one Error, a Hint
+    naming the workaround; with it, with auto or with no --workaround (auto: the rule of every command), the audit runs
+    and reports what the model really gets wrong."""
     entry = zoo.get(name)
     folder = str(zoo_folder(name))
-    code, out, err = run("audit", folder, "--trust-remote-code")
+    code, out, err = run("audit", folder, "--trust-remote-code", "--workaround", "none")
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and out == "", err
     assert len(lines) == 2 and lines[0].startswith("Error: the model's own code failed"), err
@@ -89,6 +90,7 @@ def test_code_written_for_transformers_4_names_its_workaround(run, zoo_folder, n
     for option, outcomes in (
         ([f"--workaround={w}" for w in entry.workarounds], named),
         (["--workaround", "auto"], [(w, "applied") for w in entry.needed_workarounds]),
+        ([], [(w, "applied") for w in entry.needed_workarounds]),
     ):
         code, out, err = run("audit", folder, "--trust-remote-code", *option, "--format", "json")
         document = json.loads(out)
@@ -171,7 +173,7 @@ def bad_inputs(zoo_folder, tmp_path):
         "configuration_lgtoy.py, modeling_lgtoy.py",
     )
     cases["import error"] = (
-        [str(copy_entry(zoo_folder, "typing_alias", tmp_path)), "--trust-remote-code"],
+        [str(copy_entry(zoo_folder, "typing_alias", tmp_path)), "--trust-remote-code", "--workaround", "none"],
         "modeling_lgtyping.py, line 14: NameError: name 'List' is not defined",
     )
     corrupt = copy_entry(zoo_folder, "clean", tmp_path / "c")
@@ -440,7 +442,7 @@ def test_an_auto_map_naming_only_a_removed_auto_class(run, zoo_folder, tmp_path)
         "AutoModelForVision2Seq": config["auto_map"]["AutoModelForCausalLM"],
     }
     (folder / "config.json").write_text(json.dumps(config))
-    code, out, err = run("audit", str(folder), "--trust-remote-code")
+    code, out, err = run("audit", str(folder), "--trust-remote-code", "--workaround", "none")
     assert code == 2 and "auto_map names only auto classes this transformers removed (AutoModelForVision2Seq)" in err
     assert "--workaround v4-removed-auto-classes" in err
     code, out, err = run("audit", str(folder), "--trust-remote-code", "--workaround", "auto", "--format", "json")

@@ -90,7 +90,7 @@ COMMANDS = [line.split("  #")[0].strip() for line in BASH if line.startswith("lo
 def test_the_command_lines_are_found():
     assert len(COMMANDS) == 14 and COMMANDS[0] == "loadguard zoo build minicpmv_like ./my-model"
     others = [line for line in BASH if not line.startswith("loadguard ")]
-    assert [line.split()[0] for line in others] == ["make", "make", "pytest", "pytest"]
+    assert [line.split()[0] for line in others] == ["make", "make", "pytest", "pytest", "pytest"]
 
 
 def test_the_other_command_lines_name_what_exists():
@@ -109,18 +109,18 @@ def test_the_other_command_lines_name_what_exists():
 
 EXIT = {
     "loadguard zoo build minicpmv_like ./my-model": 0,
-    "loadguard audit ./my-model --trust-remote-code": 2,
-    "loadguard audit ./my-model --trust-remote-code --workaround auto": 1,  # pos_embed, as loaded
-    "loadguard audit ./my-model --trust-remote-code --workaround auto --format json": 1,
-    "loadguard audit ./my-model --trust-remote-code --workaround auto --forward": 1,  # pos_embed, then it runs
-    "loadguard audit ./my-model --trust-remote-code --workaround auto --repair": 0,  # every finding repaired, the re-audit clean
-    "loadguard audit ./my-model --trust-remote-code --workaround auto --repair --exit-non-zero-on-repair": 1,  # the load was broken
-    "loadguard compare ./my-model --trust-remote-code --workaround auto": 1,
-    "loadguard compare ./my-model --trust-remote-code --workaround auto --repair": 0,
-    "loadguard trace ./my-model --trust-remote-code --workaround auto": 1,
+    "loadguard audit ./my-model --trust-remote-code": 1,  # pos_embed, as loaded (auto: the workarounds it needs, said)
+    "loadguard audit ./my-model --trust-remote-code --workaround none": 2,  # as plain transformers: the Hint names it
+    "loadguard audit ./my-model --trust-remote-code --format json": 1,
+    "loadguard audit ./my-model --trust-remote-code --forward": 1,  # pos_embed, then it runs
+    "loadguard audit ./my-model --trust-remote-code --repair": 0,  # every finding repaired, the re-audit clean
+    "loadguard audit ./my-model --trust-remote-code --repair --exit-non-zero-on-repair": 1,  # the load was broken
+    "loadguard compare ./my-model --trust-remote-code": 1,
+    "loadguard compare ./my-model --trust-remote-code --repair": 0,
+    "loadguard trace ./my-model --trust-remote-code": 1,
     "loadguard fix ./my-model --out ./my-model-fixed --trust-remote-code": 0,  # patched, proven on 5.x and 4.57
-    "loadguard scan ./my-model --trust-remote-code --workaround auto": 1,
-    "loadguard scan --from models.txt --trust-remote-code --workaround auto --jobs 4 --format markdown": 1,
+    "loadguard scan ./my-model --trust-remote-code": 1,
+    "loadguard scan --from models.txt --trust-remote-code --jobs 4 --format markdown": 1,
     "loadguard env": 0,
 }
 
@@ -142,7 +142,7 @@ def test_command_lines_run_as_written(tmp_path, monkeypatch, capsys, compat_cach
         captured = capsys.readouterr()
         codes[line] = info.value.code
         assert "unexpected" not in captured.err and "Traceback" not in captured.err, (line, captured.err)
-        if line == "loadguard audit ./my-model --trust-remote-code":
+        if line == "loadguard audit ./my-model --trust-remote-code --workaround none":
             first = zoo.get("minicpmv_like").needed_workarounds[
                 0
             ]  # what the v4-era code meets first on these versions

@@ -17,7 +17,7 @@ from .. import _audit
 from .._infra import styled, visible
 from ..errors import InvalidOptionError, hint_for
 from ._consoles import SETTINGS, stderr
-from ._options import workarounds_from_option
+from ._options import workaround_option, workarounds_from_option
 
 
 class ExitCode(IntEnum):
@@ -270,13 +270,7 @@ def loading_options(command):
             show_default=True,
             help="Fill uninitialized memory with NaN/INT_MAX during the load so leftovers cannot pass for values.",
         ),
-        click.option(
-            "--workaround",
-            "workarounds",
-            multiple=True,
-            metavar="NAME",
-            help="Apply a registered workaround (repeatable; `loadguard workarounds list`); 'auto' applies those whose failure the load hits.",
-        ),
+        workaround_option("Apply a registered workaround"),
         workarounds_from_option(),
         click.option("--strict-stale", is_flag=True, help="A workaround that is no longer needed is an error."),
         click.option(

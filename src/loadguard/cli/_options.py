@@ -40,6 +40,39 @@ def format_option(*formats: str, help: str | None = None):
     )
 
 
+AUTO, NONE = "auto", "none"
+WORKAROUND_RULE = (
+    "default: auto (every workaround whose failure the load meets, applied and reported); "
+    "'--workaround none' loads exactly as plain transformers does"
+)
+"""One rule for every command that loads a model (audit, scan, compare, trace, fix, matrix, workarounds list)."""
+
+
+def _chosen_workarounds(ctx, param, value) -> tuple[str, ...]:
+    names = tuple(value or ())
+    if not names:
+        return (AUTO,)
+    if NONE in names:
+        if len(names) > 1:
+            raise click.BadParameter(
+                f"'{NONE}' loads with no workaround: it does not go with {', '.join(n for n in names if n != NONE)}"
+            )
+        return ()
+    return names
+
+
+def workaround_option(what: str, dest: str = "workarounds"):
+    """``--workaround NAME`` (repeatable), the same rule in every command: without it, ``auto``; ``none``: nothing."""
+    return click.option(
+        "--workaround",
+        dest,
+        multiple=True,
+        metavar="NAME",
+        callback=_chosen_workarounds,
+        help=f"{what} (repeatable; `loadguard workarounds list`); {WORKAROUND_RULE}.",
+    )
+
+
 def workarounds_from_option(expose: bool = False):
     """``--workarounds-from FILE.py`` (repeatable): workarounds registered outside the package. The files are imported
     when the command runs, before its body: never for ``--help`` or a usage error (an option that executes code acts

@@ -14,7 +14,7 @@ from ..errors import InvalidOptionError, LoadguardError, hint_for
 from ..report import FixStatus
 from ._common import ExitCode, note, progress, quiet_transformers
 from ._limits import did_not_finish, memory_limit, memory_limit_option
-from ._options import executor_option, format_option, workarounds_from_option
+from ._options import executor_option, format_option, workaround_option, workarounds_from_option
 from ._output import write
 
 
@@ -43,12 +43,8 @@ from ._output import write
 @click.option(
     "--auto-class", default=None, metavar="NAME", help="Auto class or model class; default: the one the config names."
 )
-@click.option(
-    "--workaround",
-    "workarounds",
-    multiple=True,
-    metavar="NAME",
-    help="What the original's load may use (default: auto). Each one it needed becomes a source edit: the fixed copy needs none.",
+@workaround_option(
+    "What the original's load may use; each one it needed becomes a source edit, the fixed copy needs none"
 )
 @workarounds_from_option()
 @click.option(
@@ -130,7 +126,7 @@ def fix(
     from .scan import model_targets
 
     targets = model_targets(paths, from_file)
-    chosen = list(workarounds) or ["auto"]
+    chosen = list(workarounds)  # the rule of every command: auto unless told (--workaround none: nothing)
 
     def _item(target: str, into: str) -> tuple:  # what one model's child is given (_fix_item unpacks it)
         return (target, into, trust_remote_code, auto_class, chosen, not no_verify, not no_weights, copy_weights)
@@ -380,7 +376,7 @@ def _print_one(result, out, err) -> None:
                 proof.transformers,
                 proof.name.replace("_", " "),
                 mark,
-                proof.detail,
+                proof.said,
             ),
             highlight=False,
         )

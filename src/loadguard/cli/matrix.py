@@ -14,7 +14,7 @@ from ._common import ExitCode, progress
 from ._consoles import stderr
 from ._limits import memory_limit, memory_limit_option
 from ._matrix_outputs import Bisections, Cells, Changes, NativeChanges
-from ._options import executor_option, format_option, workarounds_from_option
+from ._options import executor_option, format_option, workaround_option, workarounds_from_option
 from ._output import write
 
 _SPECIFIER = set("<>=!~*")
@@ -57,12 +57,8 @@ def versions_from(text: str, max_versions: int | None) -> list[str]:
     show_default=True,
     help="Where a scan takes the checkpoint's keys from.",
 )
-@click.option(
-    "--workaround",
-    "workarounds",
-    multiple=True,
-    metavar="NAME",
-    help="Apply (or, after load, assess) a registered workaround in every cell; a row per model says where it is needed.",
+@workaround_option(
+    "Apply (or, after load, assess) a registered workaround in every cell; a row per model says where it is needed"
 )
 @workarounds_from_option(expose=True)
 @click.option(

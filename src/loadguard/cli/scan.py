@@ -24,7 +24,7 @@ from ._baseline import apply_baseline, baseline_options
 from ._common import SCHEMA_VERSION, ExitCode, parse_placement, quiet_transformers
 from ._consoles import stderr, stdout
 from ._limits import memory_limit, memory_limit_option
-from ._options import executor_option, format_option, workarounds_from_option
+from ._options import executor_option, format_option, workaround_option, workarounds_from_option
 from ._output import write
 from ._progress import fleet_progress
 from ._resume import resumed
@@ -132,13 +132,7 @@ def _markdown(rows: list[dict]) -> str:
     show_default=True,
     help="header: keys/shapes/dtypes from the safetensors headers; complete: the checkpoint holds every key.",
 )
-@click.option(
-    "--workaround",
-    "workarounds",
-    multiple=True,
-    metavar="NAME",
-    help="Apply a registered workaround (repeatable); 'auto' applies those whose failure the load hits.",
-)
+@workaround_option("Apply a registered workaround")
 @workarounds_from_option(expose=True)
 @format_option(
     "json",

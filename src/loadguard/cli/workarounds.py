@@ -12,7 +12,7 @@ from .._infra import styled
 from ..report import WorkaroundStatus
 from ._common import ExitCode, emit, load_model
 from ._consoles import stderr, stdout
-from ._options import SuggestingGroup, format_option, workarounds_from_option
+from ._options import SuggestingGroup, format_option, workaround_option, workarounds_from_option
 
 
 def _status(item, model, report, runner) -> str:
@@ -42,13 +42,7 @@ def workarounds():
 @workarounds.command("list")
 @click.argument("path", required=False)
 @click.option("--trust-remote-code", is_flag=True, help="Needed to load PATH if it has its own code.")
-@click.option(
-    "--workaround",
-    "selection",
-    multiple=True,
-    metavar="NAME",
-    help="Load PATH with these (e.g. 'auto' for code written for older transformers).",
-)
+@workaround_option("Load PATH with these", dest="selection")
 @workarounds_from_option()
 @format_option("json")
 def list_workarounds(path, trust_remote_code, selection, fmt):
