@@ -86,6 +86,7 @@ bench-run:
 	$(BIN)/python benchmarks/bench_scan.py
 	$(BIN)/python benchmarks/bench_cost.py
 	$(BIN)/python benchmarks/bench_plugin.py
+	$(BIN)/python benchmarks/bench_hook.py
 	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_fix.py
 	$(BIN)/python benchmarks/bench_missing.py

@@ -39,6 +39,39 @@ def test_raise_policy_lists_the_bad_tensors(zoo_folder):
 
 
 @needs_v5
+def test_raise_names_the_lasting_fix_command_with_the_flags_the_load_needed(zoo_folder):
+    folder = zoo_folder("np_buffer")
+    with pytest.raises(BrokenModelError) as info:
+        loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, poison=True, on_problem="raise")
+    assert f"loadguard fix {folder} --trust-remote-code --out {folder}-fixed" in info.value.hint
+    assert "loadguard.repair(model, report)" in info.value.hint  # beside the in-memory repair
+
+
+@needs_v5
+@pytest.mark.parametrize("spelling", ["auto", ["auto"], ("auto",)])
+def test_every_spelling_of_auto_applies_the_same_workarounds(zoo_folder, spelling):
+    """loadguard.load and HfRunner: "auto" and ["auto"] mean the same (issue 56)."""
+    from loadguard.runner import HfRunner
+
+    folder = zoo_folder("typing_alias")
+    model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, workarounds=spelling)
+    applied = [(w.name, w.status) for w in model.loadguard_report.workarounds]
+    assert applied == [("remote-code-typing-aliases", "applied")]
+    with HfRunner(folder, trust_remote_code=True, workarounds=spelling) as runner:
+        assert [(w.name, w.status) for w in runner.report.workarounds if w.stage == "before_import"] == applied
+
+
+def test_an_unknown_workaround_name_is_one_error_listing_the_known_ones(zoo_folder):
+    from loadguard.errors import WorkaroundError
+
+    for spelling in ("autoo", ["autoo"]):
+        with pytest.raises(WorkaroundError) as info:
+            loadguard.load("AutoModelForCausalLM", zoo_folder("clean"), trust_remote_code=True, workarounds=spelling)
+        assert info.value.message == "there is no workaround called 'autoo'"
+        assert "remote-code-typing-aliases" in info.value.hint and "loadguard workarounds list" in info.value.hint
+
+
+@needs_v5
 def test_warn_policy_returns_the_model_as_loaded(zoo_folder):
     with pytest.warns(loadguard.LoadguardWarning, match="resampler.pos_embed"):
         model = loadguard.load(

@@ -271,7 +271,7 @@ def notes(result: Any) -> str:
     for proof in result.proofs:
         verdict = {True: "passed", False: "FAILED", None: "not run"}[proof.ok]
         lines.append(
-            f"- transformers {inert(proof.transformers)}, {proof.name.replace('_', ' ')}: {verdict}. {inert(proof.detail)}"
+            f"- transformers {inert(proof.transformers)}, {proof.name.replace('_', ' ')}: {verdict}. {inert(proof.said)}"
         )
     versions = ", ".join(f"{inert(k)} {inert(v)}" for k, v in sorted(result.versions.items()))
     lines += [

@@ -47,6 +47,11 @@ class Proof:
     measured: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What the proof measured (``same_outputs``: ``max_abs_diff``, ``tolerance``, the tokens of both sides)."""
 
+    @property
+    def said(self) -> str:
+        """The detail as a line after the verdict word says it: a proof not run is not "not run: not run: ..."."""
+        return self.detail.removeprefix("not run: ") if self.ok is None else self.detail
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -201,6 +201,7 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
 
     changed = dict(_python(sources))
     done = []
+    mapped: dict[str, list[str]] = {}  # what the tied keys map to -> the classes whose list became that mapping
     for name, text in list(changed.items()):
         for cls, value in class_assignments(text, "_tied_weights_keys").items():
             if not value.lstrip().startswith(("[", "(")):
@@ -221,7 +222,9 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
             source = next(n for n, m in instance.named_modules() if m is embeddings) + ".weight"
             mapping = "{" + ", ".join(f"{key!r}: {source!r}" for key in ast.literal_eval(value)) + "}"
             changed[name] = text = set_class_attribute(text, cls, "_tied_weights_keys", mapping)
-            done.append(f"{cls}._tied_weights_keys maps to {source}")
+            mapped.setdefault(source, []).append(cls)
+    for source, classes in mapped.items():  # one sentence per target, however many classes tie to it
+        done.append(f"{', '.join(classes)}: _tied_weights_keys maps to {source}")
     classes = _class_sources(changed)
     for cls in sorted({type(m) for m in model.modules() if isinstance(m, PreTrainedModel)}, key=lambda k: k.__name__):
         target = _needs_post_init(cls, classes)
