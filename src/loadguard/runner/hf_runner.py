@@ -119,7 +119,8 @@ class HfRunner:
             self.repair = self.model.loadguard_repair
             self.workarounds = list(self.report.workarounds)
         self.model.eval()
-        self.processor, self.tokenizer = load_processing(model, trust_remote_code)
+        with registry.construction(self.model):  # the processor's code may need what the model's load needed
+            self.processor, self.tokenizer = load_processing(model, trust_remote_code)
         self._apply_runner_workarounds(chosen, strict_stale, auto_workarounds)
         for patch in patches:  # engine-suite style: a patch adapts the runner in place and returns it
             returned = patch(self)
