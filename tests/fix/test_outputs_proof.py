@@ -184,12 +184,13 @@ def test_v4_code_past_the_load_is_found_fixed_and_proven_by_its_outputs(zoo_fold
         out = tmp_path / f"{entry}-fixed"
         result = loadguard.fix(folder, out, trust_remote_code=True)
         assert result.status == "fixed" and workaround in result.workarounds, result.to_json()
-        assert [(p.name, p.ok) for p in result.proofs] == [
+        assert [(p.name, p.ok) for p in result.proofs if p.transformers] == [
             ("loads_right", True),
+            ("saves_and_reloads", True),
             ("unchanged_before_v5", True),
             ("same_outputs", True),
         ]
-        measured = result.proofs[2].measured
+        measured = result.proof("same_outputs").measured
         assert measured["tokens_patched"] == measured["tokens_original"] and len(measured["tokens_patched"]) == 8
         assert any(c.workaround == workaround for c in result.changes)
         assert independent_check(out, entry) == [] and digest(folder) == before
@@ -225,12 +226,13 @@ def test_a_copy_that_runs_differently_on_5x_is_not_fixed_and_says_where(zoo_fold
     )
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
     assert (result.status, result.out) == ("not_fixed", None) and not (tmp_path / "fixed").exists()
-    assert [(p.name, p.ok) for p in result.proofs] == [
+    assert [(p.name, p.ok) for p in result.proofs if p.transformers] == [
         ("loads_right", True),
+        ("saves_and_reloads", True),
         ("unchanged_before_v5", True),
         ("same_outputs", False),
     ]
-    detail = result.proofs[2].detail
+    detail = result.proof("same_outputs").detail
     assert detail.startswith(f"on transformers {TRANSFORMERS_VERSION} the patched copy's forward raised RuntimeError")
     assert "modeling_lgtoy.py:" in detail and "written for transformers 4 only" in detail
 
@@ -297,13 +299,17 @@ def test_v4_code_in_generate_is_fixed_and_proven_against_the_release_it_was_writ
     result = loadguard.fix(folder, out, trust_remote_code=True)
     assert result.status == "fixed", result.to_json()
     assert {"v4-generate-hooks", "v4-cache-layer-count", "v4-generate-attention-mask"} <= set(result.workarounds)
-    assert [(p.name, p.ok) for p in result.proofs] == [
+    assert [(p.name, p.ok) for p in result.proofs if p.transformers] == [
         ("loads_right", True),
+        ("saves_and_reloads", True),
         ("unchanged_before_v5", True),
         ("same_outputs", True),
     ]
-    assert result.proofs[1].transformers == "4.41.2" and "4.41.2" in result.proofs[2].detail
-    measured = result.proofs[2].measured
+    assert (
+        result.proof("unchanged_before_v5").transformers == "4.41.2"
+        and "4.41.2" in result.proof("same_outputs").detail
+    )
+    measured = result.proof("same_outputs").measured
     assert measured["tokens_patched"] == measured["tokens_original"] and len(measured["tokens_patched"]) == 8
     assert independent_check(out, "v4_generate_hooks") == [] and digest(folder) == before
     code = (out / "modeling_lgv4hooks.py").read_text()
@@ -332,7 +338,7 @@ def test_a_model_that_loads_right_and_breaks_in_generate_is_not_called_clean(
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
     assert result.findings == () and result.status == "fixed", result.to_json()
     assert {"v4-generate-hooks", "v4-cache-layer-count"} <= set(result.workarounds)
-    assert [p.ok for p in result.proofs] == [True, True, True]
+    assert [p.ok for p in result.proofs] == [True] * 7  # three static checks, (a), the save, (b), (c)
 
 
 @v5_only

@@ -76,10 +76,10 @@ def test_a_bfloat16_recompute_without_the_dtype_of_the_load_would_fail_proof_a(z
         result = loadguard.fix(zoo_folder("yarn_rotary_bf16"), tmp_path / "fixed", trust_remote_code=True)
     finally:
         write._branch_text = original
-    assert result.status == "not_fixed" and result.proofs[0].ok is False
+    assert result.status == "not_fixed" and result.proof("loads_right").ok is False
     # each tensor still wrong in the user's terms: dtype and device, and whether transformers ran the branch at all
-    assert "rotary.cos_cached (float32 on cpu" in result.proofs[0].detail
-    assert "_init_weights ran for rotary" in result.proofs[0].detail
+    assert "rotary.cos_cached (float32 on cpu" in result.proof("loads_right").detail
+    assert "_init_weights ran for rotary" in result.proof("loads_right").detail
 
 
 def test_files_that_are_not_python_it_can_parse_are_left_out_until_needed(zoo_folder, tmp_path, monkeypatch):
@@ -127,14 +127,18 @@ def test_a_crlf_file_keeps_its_line_endings_and_the_diff_applies(zoo_folder, tmp
 
 @v5_only
 def test_the_hub_pr_command_is_one_the_hf_cli_accepts(zoo_folder, tmp_path):
-    """LOADGUARD_FIX.md ends with `hf upload ... --create-pr`, the changed code files only: every option it uses is
-    one `hf upload` takes (checked against the installed CLI, not a copy of its documentation)."""
+    """loadguard-propose.sh beside LOADGUARD_FIX.md (never inside it): `hf upload ... --create-pr`, the changed code
+    files only, every option one `hf upload` takes (checked against the installed CLI, not a copy of its documentation);
+    a local folder's repository is asked for (REPO_ID), never a placeholder or a path of this machine."""
     result = loadguard.fix(zoo_folder("v4_module_names"), tmp_path / "fixed", trust_remote_code=True, verify=False)
     notes = (tmp_path / "fixed" / "LOADGUARD_FIX.md").read_text()
-    command = next(line for line in notes.splitlines() if line.startswith("hf upload "))
-    assert command.startswith("hf upload ORG/NAME . . ")  # a local folder: the repository is the user's to fill in
+    assert "hf upload" not in notes and str(tmp_path) not in notes and "<original>" not in notes
+    script = (tmp_path / "fixed" / "loadguard-propose.sh").read_text()
+    command = next(line for line in script.splitlines() if line.startswith("hf upload "))
+    assert command.startswith('hf upload "${REPO_ID:?set REPO_ID to the model\'s Hub id}" . . ')
     assert sorted(re.findall(r"--include (\S+)", command)) == sorted({c.file for c in result.changes})
-    assert "loadguard audit <original> --trust-remote-code --workaround auto" in notes  # the flags the load needed
+    done = subprocess.run(["sh", str(tmp_path / "fixed" / "loadguard-propose.sh")], capture_output=True, text=True)
+    assert done.returncode != 0 and "set REPO_ID to the model's Hub id" in done.stderr  # refuses until told
     hf = shutil.which("hf") or str(Path(sys.executable).with_name("hf"))  # the CLI huggingface_hub installs
     usage = subprocess.run([hf, "upload", "--help"], capture_output=True, text=True, check=True).stdout
     for option in set(re.findall(r"(--[a-z-]+)", command)):
@@ -184,9 +188,9 @@ def test_a_tensor_attribute_of_a_module_transformers_never_initializes_is_refuse
 
     monkeypatch.setattr(fixing, "init_weights_calls", lambda: contextlib.nullcontext(InitCalls()))
     blind = loadguard.fix(zoo_folder("attribute_never_initialized"), tmp_path / "blind", trust_remote_code=True)
-    assert blind.status == "not_fixed" and blind.proofs[0].ok is False
-    assert "scaled.scale_attn (float32 on meta" in blind.proofs[0].detail
-    assert "_init_weights never ran for scaled" in blind.proofs[0].detail
+    assert blind.status == "not_fixed" and blind.proof("loads_right").ok is False
+    assert "scaled.scale_attn (float32 on meta" in blind.proof("loads_right").detail
+    assert "_init_weights never ran for scaled" in blind.proof("loads_right").detail
 
 
 def test_proof_b_loads_each_side_through_a_plain_module_name(tmp_path, monkeypatch, capsys):
@@ -298,8 +302,8 @@ def test_a_checkpoint_holding_nan_is_bit_identical_to_itself_on_4x(zoo_folder, c
     tensors[name].view(-1)[:3] = float("nan")
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True)
-    assert result.status == "fixed" and result.proofs[1].ok is True, result.to_json()
-    assert "bit-identical to the original's" in result.proofs[1].detail
+    assert result.status == "fixed" and result.proof("unchanged_before_v5").ok is True, result.to_json()
+    assert "bit-identical to the original's" in result.proof("unchanged_before_v5").detail
 
 
 def test_proof_b_compares_bits():
@@ -307,10 +311,10 @@ def test_proof_b_compares_bits():
     not, and -0.0 is not 0.0: bit for bit, as proof (b) promises."""
     import torch
 
-    from loadguard._fix.prove import _same_bits
+    from loadguard._fix.prove import same_bits
 
     nan = torch.tensor([1.0, float("nan"), 3.0])
-    assert _same_bits(nan, nan.clone()) and not torch.equal(nan, nan.clone())
-    assert not _same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
-    assert not _same_bits(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0000002]))
-    assert _same_bits(torch.tensor([True, False]), torch.tensor([True, False]))
+    assert same_bits(nan, nan.clone()) and not torch.equal(nan, nan.clone())
+    assert not same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not same_bits(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0000002]))
+    assert same_bits(torch.tensor([True, False]), torch.tensor([True, False]))

@@ -41,23 +41,27 @@ def test_a_folder_without_weights_gets_the_same_patch_proven_without_weights(zoo
     assert result.diff == weighed.diff and result.diff  # the same change, from a scan instead of a load
     assert {f.tensor for f in result.findings} == {f.tensor for f in weighed.findings}
     assert all(f.predicted for f in result.findings)
-    assert [(p.name, p.ok, p.weightless) for p in result.proofs] == [
+    assert [(p.name, p.ok, p.weightless) for p in result.proofs if p.transformers] == [
         ("loads_right", True, True),
+        ("saves_and_reloads", True, True),  # built from the config with synthetic values, saved, loaded again
         ("unchanged_before_v5", True, True),
         ("same_outputs", True, True),  # both built from the config with the same synthetic weights
     ]
     assert "no checkpoint: both built from the config, every parameter given the same synthetic values" in (
-        result.proofs[2].detail
+        result.proof("same_outputs").detail
     )
-    assert result.proofs[2].measured["tokens_patched"] == result.proofs[2].measured["tokens_original"]
-    assert "without weights" in result.proofs[0].detail
-    assert "4 buffers and tensor attributes bit-identical" in result.proofs[1].detail
-    assert "36 parameters of the same names, shapes and dtypes" in result.proofs[1].detail
+    assert (
+        result.proof("same_outputs").measured["tokens_patched"]
+        == result.proof("same_outputs").measured["tokens_original"]
+    )
+    assert "without weights" in result.proof("loads_right").detail
+    assert "4 buffers and tensor attributes bit-identical" in result.proof("unchanged_before_v5").detail
+    assert "36 parameters of the same names, shapes and dtypes" in result.proof("unchanged_before_v5").detail
     assert digest(bare) == before
     written = sorted(p.name for p in (tmp_path / "fixed").iterdir())
     assert not [n for n in written if n.endswith(".safetensors")] and "LOADGUARD_FIX.md" in written
     notes = (tmp_path / "fixed" / "LOADGUARD_FIX.md").read_text()
-    assert "Written by `loadguard fix` without weights" in notes and "`loadguard scan <original>" in notes
+    assert "- without the weights (only the code and the config were at hand)" in notes
     # the code written without weights is right once the weights are beside it: the independent check
     for weights in folder.glob("*.safetensors"):
         shutil.copy(weights, tmp_path / "fixed" / weights.name)
@@ -72,7 +76,7 @@ def test_a_weightless_patch_that_fails_its_proofs_is_not_written(zoo_folder, com
     bare = without_weights(zoo_folder("shared_buffer"), tmp_path / "shared_bare")
     result = loadguard.fix(bare, tmp_path / "fixed", trust_remote_code=True)
     assert (result.status, result.out, result.weightless) == ("not_fixed", None, True)
-    assert result.proofs[0].ok is False and result.proofs[0].weightless
+    assert result.proof("loads_right").ok is False and result.proof("loads_right").weightless
     assert not (tmp_path / "fixed").exists()
 
 
@@ -138,9 +142,13 @@ def test_a_hub_id_is_fixed_without_fetching_weights(zoo_folder, compat, tmp_path
     assert code == 0, err
     document, asked = json.loads(out), json.loads(asked_file.read_text())
     assert "*.safetensors" in asked["ignore_patterns"] and "*.model" not in asked["ignore_patterns"]
-    assert document["weightless"] is True and [p["weightless"] for p in document["proofs"]] == [True] * 3
+    assert (
+        document["weightless"] is True
+        and [p["weightless"] for p in document["proofs"] if p["transformers"]] == [True] * 4
+    )
     assert {c["file"] for c in document["changes"]} == {"modeling_lgtoy.py"}  # not "transformers' own code"
     assert (snapshot / "modeling_lgtoy.py").is_symlink() and not (tmp_path / "o" / "modeling_lgtoy.py").is_symlink()
     assert digest(tmp_path / "hub") == before
-    notes = (tmp_path / "o" / "LOADGUARD_FIX.md").read_text()
-    assert "hf upload lg-org/toy . . --include modeling_lgtoy.py --create-pr" in notes
+    script = (tmp_path / "o" / "loadguard-propose.sh").read_text()
+    assert "hf upload lg-org/toy . . --include modeling_lgtoy.py --create-pr" in script
+    assert "lg-org/toy" in (tmp_path / "o" / "LOADGUARD_FIX.md").read_text()  # the model by its Hub id

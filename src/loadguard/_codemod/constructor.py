@@ -8,7 +8,16 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .nodes import assigned_targets, class_named, code_of, method_named, parameters_of, target_names, walk_statements
+from .nodes import (
+    assigned_targets,
+    attribute_code,
+    class_named,
+    code_of,
+    method_named,
+    parameters_of,
+    target_names,
+    walk_statements,
+)
 
 
 def self_call(node: cst.BaseExpression, method: str | None = None) -> cst.Call | None:
@@ -193,7 +202,7 @@ def with_device(
         return call
     argument = cst.Arg(
         keyword=cst.Name("device"),
-        value=cst.parse_expression(f"self.{attribute}.device"),
+        value=cst.parse_expression(f"{attribute_code('self', attribute)}.device"),
         equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
     )
     return call.with_changes(args=[*call.args, argument])

@@ -25,7 +25,9 @@ from .constructor import (
     with_device,
 )
 from .nodes import (
+    assignment_code,
     at_top_level,
+    attribute_code,
     class_named,
     code_of,
     draws_random,
@@ -57,7 +59,15 @@ class Branch:
 
 
 class Refused(Exception):
-    """This line cannot be turned into a recompute mechanically; ``str()`` says why and what to change by hand."""
+    """This line cannot be turned into a recompute mechanically; ``str()`` says why and what to change by hand.
+
+    A source fix that could make some of its edits raises it with them: ``changed`` (file -> text) and ``description``
+    are what it did, the message what it left for a person."""
+
+    def __init__(self, reason: str, changed: dict[str, str] | None = None, description: str = ""):
+        super().__init__(reason)
+        self.changed = dict(changed or {})
+        self.description = description
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -132,9 +142,33 @@ class _Rename(cst.CSTTransformer):
 
     def __init__(self, mapping: dict[str, str]):
         self.mapping = {k: cst.parse_expression(v) for k, v in mapping.items()}
+        self.dropped = {k for k, v in mapping.items() if v == "None"}
+        """Names that stand for nothing here (``device`` of a tensor built where its value is copied to): an argument
+        passing one is left out, ``.to(device)`` with it goes, rather than ``device=None`` or ``.to(None)``."""
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
         return updated.with_changes(attr=original.attr)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        dropped = [
+            isinstance(arg.value, cst.Name) and arg.value.value in self.dropped and arg.star == ""
+            for arg in original.args
+        ]
+        if not any(dropped):
+            return updated
+        if (
+            isinstance(updated.func, cst.Attribute)
+            and updated.func.attr.value == "to"
+            and len(original.args) == 1
+            and dropped[0]
+        ):
+            return updated.func.value  # .to(device) of a value copy_ puts where it belongs anyway
+        if any(d and original.args[i].keyword is None for i, d in enumerate(dropped)):
+            return updated  # a positional argument cannot be left out: None stays
+        kept = [arg for arg, d in zip(updated.args, dropped) if not d]
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=kept)
 
     def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
         return updated.with_changes(keyword=original.keyword)
@@ -264,7 +298,9 @@ def recompute(
         elif (
             name == "device"
         ):  # where __init__ was told to build it: where the loaded tensor is (copy_ moves a value there)
-            mapping[name] = f"{init_param}.{attribute}.device" if helper is not None and not on_meta else "None"
+            mapping[name] = (
+                f"{attribute_code(init_param, attribute)}.device" if helper is not None and not on_meta else "None"
+            )
         elif name in facts.assigned or name in available:
             raise Refused(
                 f"self.{attribute} depends on the constructor argument {name!r}, which {cls.name.value} does not keep (self.{name} holds something else)"
@@ -282,17 +318,19 @@ def recompute(
     rename = _Rename(mapping)
     statements = [code_of(s.visit(rename)) for s in order]
     value = code_of(expression.visit(rename))
-    target = f"{init_param}.{attribute}"
+    target = attribute_code(init_param, attribute)  # the name is the model's: data, never code
     if helper is not None:
         statements.append(value)
     elif kind == "parameter":
         statements.append(f"if not getattr({target}, '_is_hf_initialized', False):\n    {target}.copy_({value})")
     elif kind == "buffer" and on_meta:
-        statements.append(f"if {target}.is_meta:\n    {target} = {value}\nelse:\n    {target}.copy_({value})")
+        statements.append(
+            f"if {target}.is_meta:\n    {assignment_code(init_param, attribute, value)}\nelse:\n    {target}.copy_({value})"
+        )
     elif kind == "buffer":
         statements.append(f"{target}.copy_({value})")
     else:
-        statements.append(f"{target} = {value}")
+        statements.append(assignment_code(init_param, attribute, value))
     if guard is not None:
         body = "\n".join(statements)
         statements = [f"if getattr({init_param}, {attribute!r}, None) is not None:\n" + indented(body)]

@@ -18,6 +18,9 @@ from .nodes import (
     method_named,
     module_names,
     parameters_of,
+    preferred_quote,
+    requote,
+    string_literal,
 )
 from .read import Branch, Refused
 
@@ -75,6 +78,7 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
     """``cls_name``'s ``_init_weights`` with ``branches`` first (before any early return); a class without one gets
     ``_init_weights`` calling its parent's, then the branches."""
     tree = cst.parse_module(source)
+    quote = preferred_quote(source)
     cls = class_named(tree, cls_name)
     if cls is None:
         raise Refused(f"class {cls_name} is not defined at the top level of its file")
@@ -84,7 +88,7 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
     if function is not None:
         parameter = init_weights_parameter(source, cls_name) or "module"
         owner = (parameters_of(function) or ["self"])[0]
-        blocks = [s for b in branches for s in _block(_branch_text(b, parameter, owner))]
+        blocks = [s for b in branches for s in _block(requote(_branch_text(b, parameter, owner), quote))]
         body = list(function.body.body)
         at = after_docstring(body)
         new_function = function.with_changes(body=function.body.with_changes(body=[*body[:at], *blocks, *body[at:]]))
@@ -93,7 +97,7 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
         )
     else:
         text = "def _init_weights(self, module):\n    super()._init_weights(module)\n" + "\n".join(
-            indented(_branch_text(b, "module")) for b in branches
+            indented(requote(_branch_text(b, "module"), quote)) for b in branches
         )
         method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, method]))
@@ -416,10 +420,14 @@ def config_reads(source: str, defaults: dict[str, object]) -> str:
     of ``self.<name>`` inside a config class (a ``configuration_*.py`` reading its own generation defaults); assignments
     to them are left alone: what transformers 4 configs always carried, read the way that works on 5."""
 
+    preferred = preferred_quote(source)
+
     class Reads(cst.CSTTransformer):
         def __init__(self):
             super().__init__()
             self.configs: list[bool] = []  # for each class around: whether it is a config class (its reads of self.x)
+            self.quotes: list[str] = []  # the delimiters of the f-strings around (before 3.12 none may appear inside)
+            self.written: set = set()  # targets of `x: T = ...` and `x += ...`: writes, not reads
 
         def visit_ClassDef(self, node):
             self.configs.append(any(code_of(b.value).endswith("Config") for b in node.bases))
@@ -428,23 +436,50 @@ def config_reads(source: str, defaults: dict[str, object]) -> str:
             self.configs.pop()
             return updated
 
+        def visit_FormattedString(self, node):
+            self.quotes.append(node.start.lstrip("rRfFbBuU"))
+
+        def leave_FormattedString(self, original, updated):
+            self.quotes.pop()
+            return updated
+
         def visit_AssignTarget(self, node):
             return False
 
+        def visit_AnnAssign(self, node):
+            self.written.add(node.target)
+
         def visit_AugAssign(self, node):
-            node.value.visit(self)
-            return False
+            self.written.add(node.target)
 
         def leave_Attribute(self, original, updated):
             owner = code_of(updated.value)
             inside_config = bool(self.configs) and self.configs[-1] and owner == "self"
+            if original in self.written:
+                return updated
             if updated.attr.value in defaults and (inside_config or owner.split(".")[-1] in ("config", "text_config")):
+                quote = (
+                    preferred if not any(preferred in q for q in self.quotes) else ("'" if preferred == '"' else '"')
+                )
+                name, default = updated.attr.value, _literal(defaults[updated.attr.value], quote)
                 return cst.parse_expression(
-                    f"getattr({code_of(updated.value)}, {updated.attr.value!r}, {defaults[updated.attr.value]!r})"
+                    f"getattr({code_of(updated.value)}, {string_literal(name, quote)}, {default})"
                 )
             return updated
 
     return cst.parse_module(source).visit(Reads()).code
+
+
+def _literal(value: object, quote: str) -> str:
+    """A config default as code, its strings in ``quote``."""
+    if isinstance(value, str):
+        return string_literal(value, quote)
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_literal(v, quote) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k, quote)}: {_literal(v, quote)}" for k, v in value.items()) + "}"
+    return repr(value)
 
 
 __all__ = [

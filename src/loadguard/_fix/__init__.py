@@ -10,7 +10,7 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "files": ("holds_weights", "model_folder", "notes", "remove_stale"),
+        "files": ("PROPOSE", "holds_weights", "model_folder", "model_name", "notes", "remove_stale"),
         "fixing": ("FixResult", "fix"),
         "upstream": ("upstream_patch",),
     },

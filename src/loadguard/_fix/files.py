@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -17,16 +18,19 @@ from typing import Any
 from huggingface_hub import snapshot_download
 
 from .._files import HUB_ID, failure, hub_offline
-from .._infra import cell, code, fence, inert, leaving, plural, remove_tree
+from .._infra import code, collapse_names, fence, inert, leaving, remove_tree
 from ..errors import InvalidOptionError, ModelNotFoundError
-from ..report import FixStatus
+from ..report import ChangeKind, Status
 from ..runner import REBUILT
+from .words import BUFFERS, changed
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".model")
 LINKED = WEIGHTS + (".onnx_data", ".npy", ".pkl")
 """What the fixed copy links (or copies with ``--copy-weights``) rather than copies: weights and other large data."""
 DIFF = "loadguard-fix.diff"
 NOTES = "LOADGUARD_FIX.md"
+PROPOSE = "loadguard-propose.sh"
+"""The command that opens the pull request on the Hub, kept beside the description it uploads (never inside it)."""
 
 
 WEIGHT_PATTERNS = tuple(f"*{suffix}" for suffix in LINKED if suffix != ".model")
@@ -80,7 +84,7 @@ def _copy_tree(source: Path, target: Path, patched: dict[str, str], top: Path, h
 
     target.mkdir(parents=True, exist_ok=True)
     for entry in sorted(source.iterdir()):
-        if entry.name in ("__pycache__", ".git", DIFF, NOTES):
+        if entry.name in ("__pycache__", ".git", DIFF, NOTES, PROPOSE):
             continue
         relative = entry.relative_to(top).as_posix()
         if entry.is_symlink() and leaving(top, entry) is not None:
@@ -185,140 +189,183 @@ def tampered(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def publish(staging: Path, out: Path, result: Any) -> None:
-    """``LOADGUARD_FIX.md`` written, then the proven copy renamed to ``out`` (an empty folder there is replaced)."""
+    """``LOADGUARD_FIX.md`` and the command that proposes it written, then the proven copy renamed to ``out`` (an empty
+    folder there is replaced)."""
     (staging / NOTES).write_text(notes(result))
+    script = propose_script(result)
+    if script is not None:
+        (staging / PROPOSE).write_text(script)
+        (staging / PROPOSE).chmod(0o755)
     if out.is_dir():
         out.rmdir()  # empty: checked before anything was loaded
     staging.rename(out)
 
 
-def _status_line(result: Any) -> str:
-    return {
-        FixStatus.FIXED: "Every tensor the load got wrong now loads right.",
-        FixStatus.PARTLY: "Some tensors now load right; the rest need a change by hand (listed below).",
-        FixStatus.UNVERIFIED: "The change was written without its proofs (`--no-verify`, or a proof could not run): check it before you merge it.",
-    }.get(result.status, result.status)
+CHECKED_BY_STATUS = (Status.UNINITIALIZED, Status.ON_META)
+"""The statuses the reproduction shows with plain torch: leftover memory filled with NaN / the dtype's max, or meta."""
+
+
+def model_name(result: Any) -> str:
+    """How the pull request names the model: its Hub id, else its folder's name (never a path of this machine)."""
+    name = str(result.model).rstrip("/")
+    return name if HUB_ID.match(name) and not Path(name).exists() else Path(name).name or name
+
+
+def _evidence(proof: Any) -> str:
+    verdict = {True: "passed", False: "FAILED", None: "not run"}[proof.ok]
+    where = f"transformers {proof.transformers}" if proof.transformers else "static"
+    return f"- {inert(where)}, {proof.name.replace('_', ' ')}: {verdict}. {inert(proof.said)}"
+
+
+def _reproduction(result: Any, name: str) -> list[str]:
+    """A script a maintainer runs with plain transformers and torch: the tensors left uninitialized, before and after."""
+    auto = result.auto_class or "AutoModel"
+    shown = [f.tensor for f in result.findings if f.status in CHECKED_BY_STATUS][:12]
+    load = f"model = {auto}.from_pretrained({json.dumps(name)}, trust_remote_code=True)"
+    if not shown:
+        return [
+            "With transformers 5 this raises before the change and loads after it:",
+            "",
+            fence(f"from transformers import {auto}\n\n{load}", "python"),
+        ]
+    return [
+        "With transformers 5 and torch alone (uninitialized memory made deterministic: NaN for floats, the largest value "
+        "for integers; a boolean buffer cannot be told from data this way):",
+        "",
+        fence(
+            "\n".join(
+                [
+                    "import torch",
+                    f"from transformers import {auto}",
+                    "",
+                    "torch.use_deterministic_algorithms(True, warn_only=True)",
+                    "torch.utils.deterministic.fill_uninitialized_memory = True",
+                    load,
+                    f"for name in {json.dumps(shown)}:",
+                    '    module, _, attribute = name.rpartition(".")',
+                    "    tensor = getattr(model.get_submodule(module), attribute)",
+                    "    if tensor.is_meta:",
+                    '        print(name, "left on the meta device")',
+                    "    elif tensor.is_floating_point():",
+                    '        print(name, "uninitialized" if tensor.isnan().any() else "ok")',
+                    "    elif tensor.dtype != torch.bool:",
+                    '        print(name, "uninitialized" if (tensor == torch.iinfo(tensor.dtype).max).any() else "ok")',
+                ]
+            ),
+            "python",
+        ),
+        "",
+        "Before this change it prints `uninitialized` for each; after it, `ok`.",
+    ]
 
 
 def notes(result: Any) -> str:
-    """The pull-request description: what was wrong, what changed, the evidence and the versions it was proven on."""
-    lines = [
-        "# Load correctly on transformers 5 (non-persistent buffers and `_init_weights`)",
-        "",
-        _status_line(result),
-        "",
-    ]
-    lines += [
-        "## What was wrong",
-        "",
-        "Since transformers 5.0, `from_pretrained` builds the model on the meta device and gives every non-persistent "
-        "buffer fresh, uninitialized memory; only what the model's `_init_weights` rebuilds is restored "
-        '(huggingface/transformers#48892, answered upstream as "fix per model"). Loading this model left:',
-        "",
-        "| tensor | status | made at |",
-        "|---|---|---|",
-    ]
-    for finding in result.findings:  # names the model controls: one row each, no markup of theirs
-        status = f"{finding.status} ({REBUILT})" if REBUILT in finding.detail else str(finding.status)
-        lines.append(
-            f"| {code(finding.tensor, table=True)} | {cell(status)} | "
-            f"{code(finding.location, table=True) if finding.location else '-'} |"
-        )
-    if any(REBUILT in f.detail for f in result.findings):
-        lines += [
-            "",
-            f"A tensor marked *{REBUILT}* holds leftover memory after loading, and the model's own code rebuilds it "
-            "during its first forward pass before reading it (its outputs equal a second pass's): the outputs were "
-            "right either way; the change makes the loaded model right from the start.",
-        ]
-    if result.workarounds:
-        lines += [
-            "",
-            "The code also needed these adjustments to load on transformers 5: "
-            + ", ".join(code(w) for w in result.workarounds)
-            + ".",
-        ]
+    """The pull-request description, for the model's maintainer: what transformers 5 changed, what goes wrong with this
+    model, what the change does, how it was checked and a reproduction with plain transformers and torch; the diff
+    last. Everything the model controls (names, paths of its files, messages) is rendered inert."""
+    name = model_name(result)
+    lines = ["# Load correctly with transformers 5", "", "## Why", ""]
+    if result.findings:
+        lines.append(f"- {BUFFERS}")
+    for workaround in result.workarounds:
+        described = next((c.description for c in result.changes if c.workaround == workaround), workaround)
+        lines.append(f"- {changed(workaround, inert(described))}")
+    if result.findings:
+        lines += ["", f"## What goes wrong with {inert(name)} today", ""]
+        groups: dict[tuple[str, str], list[str]] = {}
+        for finding in result.findings:
+            status = f"{finding.status} ({REBUILT})" if REBUILT in finding.detail else str(finding.status)
+            groups.setdefault((status, finding.location or ""), []).append(finding.tensor)
+        for (status, location), tensors in groups.items():
+            made = f", made at {code(location)}" if location else ""
+            lines.append(f"- {', '.join(code(t) for t in collapse_names(tensors))}: {inert(status)}{made}")
+        if any(REBUILT in f.detail for f in result.findings):
+            lines += [
+                "",
+                f"A tensor marked *{REBUILT}* holds leftover memory after loading, and the model's own code rebuilds it "
+                "during its first forward pass before reading it: the outputs were right either way.",
+            ]
     lines += ["", "## What this change does", ""]
     for change in result.changes:
-        lines.append(
-            f"- {code(change.file)}: {inert(change.description)}"
-            + (f" ({plural(len(change.tensors), 'tensor')})" if change.tensors else "")
-        )
-    lines += [
-        "",
-        "Every recomputation is the model's own code, the expression or helper its `__init__` already uses, run again in "
-        "`_init_weights`, where transformers 5 rebuilds tensors after loading. On transformers 4 `_init_weights` only runs "
-        "for tensors missing from the checkpoint, and it recomputes what `__init__` computed: nothing changes there.",
-    ]
+        lines.append(f"- {code(change.file)}: {inert(change.description)}")
+    if any(c.kind == ChangeKind.RECOMPUTE for c in result.changes):
+        lines += [
+            "",
+            "Each recomputation runs the expression or helper `__init__` already uses, in `_init_weights`, where "
+            "transformers 5 rebuilds tensors after loading. On transformers 4 `_init_weights` runs only for weights "
+            "missing from the checkpoint and recomputes the same values: nothing changes there.",
+        ]
     if result.refused:
-        lines += ["", "## Left for a person", ""]
+        lines += ["", "## Left to do by hand", ""]
         for refusal in result.refused:
             where = f" ({code(refusal.location)})" if refusal.location else ""
             lines.append(f"- {code(refusal.tensor) + ': ' if refusal.tensor else ''}{inert(refusal.reason)}{where}")
+    lines += ["", "## How it was checked", ""]
+    if result.weightless:
+        lines.append(
+            "- without the weights (only the code and the config were at hand): the load was predicted from the config "
+            "and the checkpoint's names, and the outputs compared with the same synthetic weights on both sides"
+        )
+    lines += [_evidence(proof) for proof in result.proofs]
+    if not any(proof.transformers for proof in result.proofs):
+        lines.append("- not proven on any transformers release: written with `--no-verify`")
+    if result.unrun:
+        lines.append(f"- lines of this change no check ran: {', '.join(code(place) for place in result.unrun[:8])}")
+    versions = ", ".join(f"{inert(k)} {inert(v)}" for k, v in sorted(result.versions.items()) if k != "torch_build")
+    if versions:
+        lines.append(f"- found with {versions}")
+    lines += ["", "## Reproduce", "", *_reproduction(result, name), "", "## The change", ""]
+    lines += [fence(result.diff.rstrip("\n"), "diff"), ""]
     if result.upstream:
         lines += [
-            "",
             "## For transformers itself",
             "",
-            "Tensors made by transformers' own classes need the change there (not applied, not proven "
-            "by a load: it changes transformers):",
+            "Tensors made by transformers' own classes need the change there (not part of this pull request, not "
+            "proven by a load):",
             "",
             fence(result.upstream.rstrip("\n"), "diff"),
+            "",
         ]
-    lines += ["", "## Evidence", ""]
-    if not result.proofs:
-        lines.append("- not proven: written with `--no-verify`")
-    for proof in result.proofs:
-        verdict = {True: "passed", False: "FAILED", None: "not run"}[proof.ok]
-        lines.append(
-            f"- transformers {inert(proof.transformers)}, {proof.name.replace('_', ' ')}: {verdict}. {inert(proof.said)}"
-        )
-    versions = ", ".join(f"{inert(k)} {inert(v)}" for k, v in sorted(result.versions.items()))
-    lines += [
-        "",
-        f"Found with {versions}." if versions else "",
-        "",
-        fence(result.diff.rstrip("\n"), "diff"),
-        "",
-        *_reproduce(result),
-    ]
+    lines += ["_Generated and checked with `loadguard fix`._", ""]
     return "\n".join(lines)
 
 
-def _repo(model: str) -> str:
-    """The Hub repository the fixed model came from (its id), else a placeholder to fill in."""
-    return model if HUB_ID.match(model) and not Path(model).exists() else "ORG/NAME"
+def propose_command(result: Any) -> list[str] | None:
+    """``hf upload REPO . . --include FILE... --create-pr ...``: the changed code files only, as one pull request; None
+    without a change. REPO: the model's Hub id, else the shell variable ``REPO_ID`` (a folder's repository is not known
+    here: the script refuses to run until it is set)."""
+    changed_files = sorted({change.file for change in result.changes})
+    if not changed_files:
+        return None
+    repo = model_name(result) if HUB_ID.match(model_name(result)) else "${REPO_ID:?set REPO_ID to the model's Hub id}"
+    words = ["hf", "upload", repo, ".", "."]
+    for name in changed_files:
+        words += ["--include", name]
+    return words + ["--create-pr", "--commit-message", "Load correctly with transformers 5"]
 
 
-def _reproduce(result: Any) -> list[str]:
-    """How to check it again (with the flags the original's load needed), and the one command that proposes the change
-    on the Hub with the ecosystem's own tool (the changed code files only)."""
-    verb = "loadguard scan" if result.weightless else "loadguard audit"
-    before = f"{verb} <original> --trust-remote-code" + (" --workaround auto" if result.workarounds else "")
-    after = f"{verb} <this folder> --trust-remote-code"
-    changed = sorted({change.file for change in result.changes})
-    lines = [
-        f"_Written by `loadguard fix`{' without weights' if result.weightless else ''}; reproduce with {code(before)} "
-        f"(before) and {code(after)} (after)._",
-        "",
-    ]
-    if changed:
-        includes = " ".join(f"--include {shlex.quote(name)}" for name in changed)
-        lines += [
-            "To propose it on the Hugging Face Hub (a pull request with the changed code files only), from this folder:",
-            "",
-            fence(
-                f"hf upload {_repo(result.model)} . . {includes} --create-pr "
-                '--commit-message "Load correctly on transformers 5" --commit-description "$(cat LOADGUARD_FIX.md)"',
-                "bash",
-            ),
-            "",
-        ]
-    return lines
+def propose_script(result: Any) -> str | None:
+    """The content of :data:`PROPOSE`: run from the fixed copy, it opens the pull request with LOADGUARD_FIX.md as its
+    description."""
+    words = propose_command(result)
+    if words is None:
+        return None
+    repo = words[2]
+    quoted = shlex.join(words[:2]) + " " + (f'"{repo}"' if repo.startswith("${") else shlex.quote(repo))
+    quoted += " " + shlex.join(words[3:])
+    return (
+        "#!/bin/sh\n# Opens a pull request with the changed code files only, LOADGUARD_FIX.md as its description.\n"
+        'cd "$(dirname "$0")" || exit 1\n'
+        f'{quoted} --commit-description "$(cat {NOTES})"\n'
+    )
 
 
 __all__ = [
     "DIFF",
+    "PROPOSE",
+    "model_name",
+    "propose_command",
+    "propose_script",
     "LINKED",
     "NOTES",
     "WEIGHTS",

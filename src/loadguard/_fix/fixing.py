@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -44,9 +45,10 @@ from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
 from ..report import Finding, FixStatus, WorkaroundStatus
 from ..runner import rebuilt
 from .across import same_outputs
+from .checks import static_checks
 from .files import cached_module_glob, digest, holds_weights, publish, stage, tampered
 from .plan import Change, Refusal, plan_fix
-from .proofs import Proof, before_v5_on_first, loads_right, run_patched, written_for
+from .proofs import Proof, before_v5_on_first, loads_right, run_patched, saved, written_for
 from .upstream import upstream_patch
 
 
@@ -76,10 +78,18 @@ class FixResult:
     weights: str = ""
     """How the written copy holds the weights: ``hard-linked`` (writing them in place changes the original's),
     ``symlinked`` (another file system: the original must stay), ``copied`` (``copy_weights=True``); ``""``: none."""
+    auto_class: str = ""
+    """The auto class the model was loaded with (``AutoModelForCausalLM``): what the reproduction in the PR text uses."""
+    unrun: tuple[str, ...] = ()
+    """Lines the change added that no proof ran (``file:line``), said in the output and the PR text."""
 
     @property
     def ok(self) -> bool:
         return self.status in (FixStatus.FIXED, FixStatus.CLEAN)
+
+    def proof(self, name: str) -> Proof | None:
+        """The proof row called ``name`` (``loads_right``, ``diff_applies``, ...), None when it was not taken."""
+        return next((proof for proof in self.proofs if proof.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +108,8 @@ class FixResult:
             "upstream": self.upstream or None,
             "weightless": self.weightless,
             "weights": self.weights or None,
+            "auto_class": self.auto_class or None,
+            "unrun": list(self.unrun),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -171,21 +183,23 @@ def fix(
     late = _needed_past_the_load(plan, needed, model)
     if late and not findings and not needed and not _breaks_when_run(model, folder, weightless, late):
         late = []
+    result = FixResult(  # what every outcome shares; each one below replaces what it knows
+        model=label,
+        out=None,
+        status=FixStatus.CLEAN,
+        findings=findings,
+        workarounds=needed,
+        changes=(),
+        refused=(),
+        proofs=(),
+        diff="",
+        versions=dict(report.versions),
+        seconds=seconds,
+        weightless=weightless,
+        auto_class=str(getattr(type(model), "_auto_class", None) or ""),
+    )
     if not findings and not needed and not late:
-        return FixResult(
-            label,
-            None,
-            FixStatus.CLEAN,
-            findings,
-            needed,
-            (),
-            (),
-            (),
-            "",
-            dict(report.versions),
-            seconds,
-            weightless=weightless,
-        )
+        return result
     upstream = upstream_patch(model, report)
     if late:  # v4 code past the load: the workarounds its forward or generate needs stand for source edits too
         needed += tuple(late)
@@ -193,24 +207,24 @@ def fix(
     class_name = type(model).__name__
     del model
     diff = _diff(plan.original, plan.files)
-    base = (label, findings, needed, tuple(plan.changes), tuple(plan.refused))
+    result = dataclasses.replace(
+        result,
+        status=FixStatus.NOT_FIXED,
+        workarounds=needed,
+        changes=tuple(plan.changes),
+        refused=tuple(plan.refused),
+        upstream=upstream,
+    )
     if not plan.files:
-        return FixResult(
-            base[0],
-            None,
-            FixStatus.NOT_FIXED,
-            *base[1:],
-            (),
-            "",
-            dict(report.versions),
-            seconds,
-            upstream,
-            weightless,
-        )
+        return result
+    # what needs no model run first: a patch that does not apply, compile or lint as the original did is never written
+    checked = static_checks({name: plan.original[name] for name in plan.files}, plan.files, diff)
+    if any(proof.ok is False for proof in checked):
+        return dataclasses.replace(result, proofs=checked, diff=diff)
     staging, held = stage(folder, target, plan.files, diff, copy_weights)
     staged = digest(staging)  # the proofs run the model's code: what it writes into the copy is never published
     try:
-        proofs: tuple[Proof, ...] = ()
+        proofs: tuple[Proof, ...] = checked
         if verify:
             start = time.perf_counter()
             document = run_patched(staging, auto_class, weightless, prove_outputs, class_name)
@@ -219,7 +233,14 @@ def fix(
                 if document.get("error")
                 else "the patched copy's outputs were not taken (no fork on this platform)"
             )
-            proofs = (loads_right(document, findings, plan.refused, weightless),)
+            current = str(report.versions.get("transformers", ""))
+            proofs += (loads_right(document, findings, plan.refused, weightless),)
+            proofs += (
+                saved(document, current, weightless)
+                or Proof(
+                    "saves_and_reloads", current, None, "not run: the patched copy did not load", weightless=weightless
+                ),
+            )
             seconds["prove_current"] = time.perf_counter() - start
             start = time.perf_counter()
             versions = (compat_version,) if compat_version else written_for(folder)
@@ -229,7 +250,6 @@ def fix(
             proofs += (compat,)
             seconds["prove_compat"] = time.perf_counter() - start
             if prove_outputs:
-                current = str(report.versions.get("transformers", ""))
                 proofs += (same_outputs(before, after, compat.transformers, current, weightless),)
             changed = tampered(staged, digest(staging))
             if changed:
@@ -243,18 +263,14 @@ def fix(
                     ),
                 )
         status = _status(verify, proofs, plan.refused)
-        result = FixResult(
-            base[0],
-            str(target) if status != FixStatus.NOT_FIXED else None,
-            status,
-            *base[1:],
-            proofs,
-            diff,
-            dict(report.versions),
-            seconds,
-            upstream,
-            weightless,
-            held if status != FixStatus.NOT_FIXED else "",
+        written = status != FixStatus.NOT_FIXED
+        result = dataclasses.replace(
+            result,
+            out=str(target) if written else None,
+            status=status,
+            proofs=proofs,
+            diff=diff,
+            weights=held if written else "",
         )
         if status != FixStatus.NOT_FIXED:
             publish(staging, target, result)
@@ -357,13 +373,26 @@ def _check_paths(folder: Path, target: Path) -> None:
         ) from None
 
 
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of a file as git and patch count them: split at ``\\n`` only (``str.splitlines`` also splits at a form
+    feed or a Unicode line separator, which a diff of them would misplace)."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
+
 def _diff(original: dict[str, str], patched: dict[str, str]) -> str:
+    """A unified diff ``git apply`` and ``patch -p1`` take: a last line without its newline is marked as diff marks it
+    (difflib leaves it bare, which both tools call a corrupt or malformed patch)."""
     parts = []
     for name in sorted(patched):
         end = "\t" if any(c.isspace() for c in name) else ""  # patch and git apply read a name up to a tab
-        parts += difflib.unified_diff(
-            original[name].splitlines(True), patched[name].splitlines(True), f"a/{name}{end}", f"b/{name}{end}"
-        )
+        for line in difflib.unified_diff(
+            _lines(original[name]), _lines(patched[name]), f"a/{name}{end}", f"b/{name}{end}"
+        ):
+            parts.append(line if line.endswith("\n") else f"{line}\n{NO_NEWLINE}")
     return "".join(parts)
 
 

@@ -431,15 +431,21 @@ def _workaround_edits(
             continue
         try:
             changed, description = fix({name: plan.source(name) for name in plan.original}, config, model)
-        except _codemod.Refused as why:
+        except _codemod.Refused as why:  # what it left for a person; the edits it could make, if any, still apply
             plan.refused.append(Refusal("", "", f"workaround {item.name}: {why}"))
-            continue
+            if not why.changed:
+                continue
+            changed, description = why.changed, why.description
         for name, text in changed.items():
             if text == plan.source(name):
                 continue
             plan.edit(name, text)
             plan.changes.append(Change(name, ChangeKind.WORKAROUND, description, tensors, item.name))
-        if not changed and not quiet:
+        if (
+            not changed
+            and not quiet
+            and not any(r.reason.startswith(f"workaround {item.name}:") for r in plan.refused)
+        ):
             plan.refused.append(
                 Refusal(
                     "",

@@ -29,6 +29,7 @@ from ..errors import LoadguardError
 from ..report import Finding, Status
 from ..workarounds import fixes_for
 from .plan import Refusal
+from .prove import same_bits
 
 COMPAT_VERSION = "4.57.6"
 """The oldest transformers 4 loadguard supports: where proof (b) runs."""
@@ -141,14 +142,68 @@ def _synthetic_outputs(folder: str, class_name: str | None) -> dict:
     return {"not_built": why} if model is None else {**run_outputs(model, fixes=fixes_for), "synthetic": True}
 
 
+def _same_tensors(first: Any, second: Any, leave: set[str]) -> list[str]:
+    """The parameters and buffers (non-persistent ones too) whose values differ between two models, bit for bit (a NaN
+    equal to the same NaN); ``leave``: names not compared."""
+    mine = dict(first.named_parameters(remove_duplicate=False)) | dict(first.named_buffers(remove_duplicate=False))
+    theirs = dict(second.named_parameters(remove_duplicate=False)) | dict(second.named_buffers(remove_duplicate=False))
+    differ = sorted(set(mine) ^ set(theirs) - leave)
+    for name in sorted(set(mine) & set(theirs) - leave):
+        a, b = mine[name], theirs[name]
+        if a.is_meta or b.is_meta:
+            if a.is_meta != b.is_meta:
+                differ.append(name)
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype or not same_bits(a.cpu(), b.cpu()):
+            differ.append(name)
+    return differ
+
+
+def saves_and_reloads(model: Any, auto_class: str | None, still_wrong: set[str]) -> dict:
+    """What a user who fine-tunes does with the fixed copy: ``save_pretrained`` of the model as loaded, then
+    ``from_pretrained`` of what it wrote (its code with it, no workaround), every tensor compared with the one saved
+    (those ``still_wrong`` after the patch left out)."""
+    with tempfile.TemporaryDirectory(prefix="loadguard-saved-") as folder:
+        try:
+            model.save_pretrained(folder)
+        except Exception as error:  # noqa: BLE001  (the copy's own save: the check reports it)
+            return {"ok": False, "detail": f"save_pretrained of the fixed copy fails: {_first_line(error)}"}
+        try:
+            again, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
+        except LoadguardError as error:
+            return {"ok": False, "detail": f"what save_pretrained wrote does not load again: {error.message}"}
+        differ = _same_tensors(model, again, still_wrong)
+    if differ:
+        return {
+            "ok": False,
+            "detail": f"saved and loaded again, {plural(len(differ), 'tensor')} differ: {', '.join(differ[:6])}",
+        }
+    count = len(dict(model.named_parameters(remove_duplicate=False))) + len(
+        dict(model.named_buffers(remove_duplicate=False))
+    )
+    left = f" ({plural(len(still_wrong), 'tensor')} left for a person not compared)" if still_wrong else ""
+    return {
+        "ok": True,
+        "detail": f"save_pretrained, then from_pretrained of what it wrote with no workaround: {count} tensors "
+        f"bit-identical{left}",
+    }
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+
+
 def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
     """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
-    leftover memory poisoned, no workaround, then audited; without weights, the same load predicted by a scan."""
+    leftover memory poisoned, no workaround, then audited; without weights, the same load predicted by a scan. Either
+    way the copy is saved with ``save_pretrained`` and loaded again (:func:`saves_and_reloads`; without weights, the
+    model built from its config with synthetic values)."""
 
     folder, auto_class, weightless, taken, class_name = arguments
     try:
         if weightless:
             document = scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
+            document["saves"] = _synthetic_saves(folder, class_name, auto_class)
             return {**document, "outputs": _synthetic_outputs(folder, class_name)} if taken else document
         with init_weights_calls() as called:
             model, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
@@ -156,16 +211,37 @@ def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None]) ->
         return {"error": error.message}
     ran = sorted(name for name, module in model.named_modules() if id(module) in called)
     report = audit(model)
+    saves = saves_and_reloads(model, auto_class, {f.tensor for f in report.failures})
     if not taken:
-        return {**report.to_dict(), "init_weights_ran": ran}
+        return {**report.to_dict(), "init_weights_ran": ran, "saves": saves}
     # proof (c) runs the copy as a user would once they did what the plan left for a person: its refused tensors set
     # to what the code computes (in memory, here only), so the outputs compare the change, not the known gap
     set_by_hand = [f.tensor for f in report.failures] if report.failures and repair(model, report).ok else []
     return {
         **report.to_dict(),
         "init_weights_ran": ran,
+        "saves": saves,
         "outputs": {**run_outputs(model, fixes=fixes_for), "set_by_hand": set_by_hand},
     }
+
+
+def _synthetic_saves(folder: str, class_name: str | None, auto_class: str | None) -> dict:
+    """Without weights, the save-and-reload check on the copy built from its config with synthetic values."""
+    try:
+        model, why = synthetic(folder, class_name)
+    except Exception as error:  # noqa: BLE001  (its construction failed: the check cannot run)
+        return {"ok": None, "detail": f"not run: the copy could not be built from its config ({_first_line(error)})"}
+    if model is None:
+        return {"ok": None, "detail": f"not run: {why}"}
+    return saves_and_reloads(model, auto_class, set())
+
+
+def saved(document: dict, version: str, weightless: bool = False) -> Proof | None:
+    """The save-and-reload check as a proof row (None where proof (a)'s process took none: it did not load)."""
+    found = document.get("saves")
+    if not isinstance(found, dict):
+        return None
+    return Proof("saves_and_reloads", version, found.get("ok"), str(found.get("detail", "")), weightless)
 
 
 def run_patched(
@@ -401,4 +477,13 @@ def _reference_outputs(document: Any, values: Path) -> dict | None:
     return seen
 
 
-__all__ = ["COMPAT_VERSION", "Proof", "before_v5_on_first", "loads_right", "run_patched", "written_for"]
+__all__ = [
+    "COMPAT_VERSION",
+    "Proof",
+    "before_v5_on_first",
+    "loads_right",
+    "run_patched",
+    "saved",
+    "saves_and_reloads",
+    "written_for",
+]

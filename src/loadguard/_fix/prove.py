@@ -43,7 +43,7 @@ def _tensors(model) -> dict:
     return named
 
 
-def _same_bits(a, b) -> bool:
+def same_bits(a, b) -> bool:
     """Bit for bit: NaN where the other holds the same NaN is equal (a checkpoint may hold NaN; ``torch.equal`` never
     calls NaN equal)."""
     import torch
@@ -128,7 +128,7 @@ def compare(
             if a.is_meta != b.is_meta and name not in unvalued or a.shape != b.shape or a.dtype != b.dtype:
                 differ.append(name)
             continue
-        if a.shape != b.shape or a.dtype != b.dtype or not _same_bits(a, b):
+        if a.shape != b.shape or a.dtype != b.dtype or not same_bits(a, b):
             differ.append(name)
     repaired = [] if weightless else _repaired_here_too(after, theirs, mine, differ)
     differ = [name for name in differ if name not in repaired]

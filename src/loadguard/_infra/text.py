@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
 from rich.markup import escape
 from rich.style import Style
@@ -129,4 +130,44 @@ def unlinked(text):
     return text
 
 
-__all__ = ["Markup", "cell", "code", "fence", "inert", "styled", "unlinked", "visible", "xml"]
+INDEX = re.compile(r"(?<=\.)(\d+)(?=\.|$)")
+"""A layer index inside a dotted tensor name (``layers.12.mlp``)."""
+
+
+def collapse_names(names: Iterable[str]) -> list[str]:
+    """``layers.0.x``, ``layers.1.x`` ... -> ``layers.{0...31}.x``, as transformers' LOAD REPORT does."""
+    groups: dict[str, list[tuple[int, ...]]] = {}
+    for name in names:
+        template = INDEX.sub("{}", name)
+        groups.setdefault(template, []).append(tuple(int(i) for i in INDEX.findall(name)))
+    out = []
+    for template, indices in groups.items():
+        if not indices[0] or len(indices) == 1:
+            out.append(template.format(*indices[0]) if indices[0] else template)
+            continue
+        parts = [_span(sorted({ix[pos] for ix in indices})) for pos in range(len(indices[0]))]
+        out.append(template.format(*parts))
+    return out
+
+
+def _span(values: list[int]) -> str:
+    if len(values) == 1:
+        return str(values[0])
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"{{{values[0]}...{values[-1]}}}"
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+__all__ = [
+    "INDEX",
+    "collapse_names",
+    "Markup",
+    "cell",
+    "code",
+    "fence",
+    "inert",
+    "styled",
+    "unlinked",
+    "visible",
+    "xml",
+]

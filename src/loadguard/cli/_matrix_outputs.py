@@ -12,8 +12,8 @@ from ..report import CellStatus
 
 
 def _cell_text(cell) -> str:
+    from .._infra import collapse_names
     from ..report import failing as failing_findings
-    from ._render import collapse_names
 
     if cell.status == CellStatus.UNAVAILABLE:
         return f"not installable here: {cell.error}"

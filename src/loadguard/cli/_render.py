@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from .._infra import Markup, styled
+from .._infra import INDEX, Markup, collapse_names, styled
 from ..report import AuditReport, Check, Finding, RepairResult, Status
 
-_INDEX = re.compile(r"(?<=\.)(\d+)(?=\.|$)")
 _STATUS_STYLE = {
     Status.UNINITIALIZED: "bold red",
     Status.OVERWRITTEN: "bold red",
@@ -25,36 +23,12 @@ _STATUS_STYLE = {
 }
 
 
-def collapse_names(names: Iterable[str]) -> list[str]:
-    """``layers.0.x``, ``layers.1.x`` ... -> ``layers.{0...31}.x``, as transformers' LOAD REPORT does."""
-    groups: dict[str, list[tuple[int, ...]]] = {}
-    for name in names:
-        template = _INDEX.sub("{}", name)
-        groups.setdefault(template, []).append(tuple(int(i) for i in _INDEX.findall(name)))
-    out = []
-    for template, indices in groups.items():
-        if not indices[0] or len(indices) == 1:
-            out.append(template.format(*indices[0]) if indices[0] else template)
-            continue
-        parts = [_span(sorted({ix[pos] for ix in indices})) for pos in range(len(indices[0]))]
-        out.append(template.format(*parts))
-    return out
-
-
-def _span(values: list[int]) -> str:
-    if len(values) == 1:
-        return str(values[0])
-    if values == list(range(values[0], values[-1] + 1)):
-        return f"{{{values[0]}...{values[-1]}}}"
-    return "{" + ",".join(map(str, values)) + "}"
-
-
 def _grouped(findings: Iterable[Finding]) -> list[tuple[str, list[Finding]]]:
     """Findings that differ only by layer index, as one row each."""
     groups: dict[tuple, list[Finding]] = {}
     for finding in findings:
         key = (
-            _INDEX.sub("{}", finding.tensor),
+            INDEX.sub("{}", finding.tensor),
             finding.kind,
             finding.check,
             finding.status,

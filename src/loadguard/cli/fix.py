@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -370,14 +371,9 @@ def _print_one(result, out, err) -> None:
         )
     for proof in result.proofs:
         mark = Markup({True: "[green]passed[/]", False: "[red]FAILED[/]", None: "[yellow]not run[/]"}[proof.ok])
+        where = f"proof on transformers {proof.transformers}" if proof.transformers else "check"
         out.print(
-            styled(
-                "  proof on transformers {}, {}: {}: {}",
-                proof.transformers,
-                proof.name.replace("_", " "),
-                mark,
-                proof.said,
-            ),
+            styled("  {}, {}: {}: {}", where, proof.name.replace("_", " "), mark, proof.said),
             highlight=False,
         )
     if result.status == FixStatus.UNVERIFIED and not result.proofs:
@@ -389,6 +385,15 @@ def _print_one(result, out, err) -> None:
         )
     if result.out:
         err.print(f"wrote {result.out}/LOADGUARD_FIX.md and loadguard-fix.diff", highlight=False)
+        from .._files import HUB_ID
+        from .._fix import PROPOSE, model_name
+
+        if (Path(result.out) / PROPOSE).is_file():
+            first = "" if HUB_ID.match(model_name(result)) else "set REPO_ID to the model's Hub id, then "
+            err.print(
+                f"to open the pull request on the Hub, {first}run: {shlex.join(['sh', str(Path(result.out) / PROPOSE)])}",
+                highlight=False,
+            )
         said = _HELD.get(result.weights)
         if said:
             err.print(f"its weights are {said} (--copy-weights copies them)", highlight=False)

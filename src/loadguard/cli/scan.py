@@ -75,7 +75,7 @@ def _verdict(row: dict) -> str:
 
 
 def _tensors(row: dict, limit: int = 4) -> str:
-    from ._render import collapse_names
+    from .._infra import collapse_names
 
     if not row["scanned"]:
         return row["error"]

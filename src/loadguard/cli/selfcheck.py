@@ -13,7 +13,7 @@ from ._options import format_option
 
 
 def _verdict(failing: dict[str, str]) -> str:
-    from ._render import collapse_names
+    from .._infra import collapse_names
 
     return ", ".join(collapse_names(f"{tensor} ({status})" for tensor, status in sorted(failing.items()))) or "clean"
 
@@ -34,8 +34,8 @@ def selfcheck(fmt, cached):
     """
     from rich.table import Table
 
+    from .._infra import collapse_names
     from .._scan import selfcheck as check
-    from ._render import collapse_names
 
     quiet_transformers()
     result = check.recorded() if cached else None

@@ -16,10 +16,11 @@ def _changed(sources: dict[str, str], edited: dict[str, str]) -> dict[str, str]:
 
 
 def fallback_import(
-    sources: dict[str, str], name: str, modules: tuple[str, ...], fallback: str
+    sources: dict[str, str], name: str, modules: tuple[str, ...], fallback: str, bound: str | None = None
 ) -> tuple[dict[str, str], str]:
     """``from <module> import <name>`` of a name transformers 5 removed becomes a ``try`` import with 4.x's meaning as
-    the fallback (the same code on 4.x, where the import works)."""
+    the fallback (the same code on 4.x, where the import works). ``bound``: the name the file imports it as (``import
+    _expand_mask as _expand_mask_bloom``): only that import is replaced, and ``fallback`` defines that name."""
     import libcst as cst
 
     from .._codemod import define_after_imports
@@ -34,7 +35,11 @@ def fallback_import(
                 module = cst.Module(body=[]).code_for_node(updated.module) if updated.module is not None else ""
                 if module not in modules or isinstance(updated.names, cst.ImportStar):
                     return updated
-                kept = [a for a in updated.names if a.evaluated_name != name]
+                kept = [
+                    a
+                    for a in updated.names
+                    if not (a.evaluated_name == name and (bound is None or (a.evaluated_alias or name) == bound))
+                ]
                 if len(kept) == len(updated.names):
                     return updated
                 found.append(module)
@@ -44,10 +49,9 @@ def fallback_import(
 
         new = tree.visit(Drop())
         if found:
+            alias = f" as {bound}" if bound and bound != name else ""
             body = "\n".join("    " + line if line.strip() else "" for line in fallback.splitlines())
-            block = (
-                f"try:\n    from {found[0]} import {name}\nexcept ImportError:  # removed in transformers 5\n{body}\n"
-            )
+            block = f"try:\n    from {found[0]} import {name}{alias}\nexcept ImportError:  # removed in transformers 5\n{body}\n"
             edited[file] = define_after_imports(new.code, block)
     return edited, f"imports {name} where transformers has it, else defines it as transformers 4 did"
 
@@ -71,11 +75,22 @@ def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
         count = [0]
 
         class Reads(cst.CSTTransformer):
+            written: set = set()  # targets of `x: T = ...`, `x += ...`, `del x`: writes, not reads
+
             def visit_AssignTarget(self, node):
                 return False
 
+            def visit_AnnAssign(self, node):
+                self.written.add(node.target)
+
+            def visit_AugAssign(self, node):
+                self.written.add(node.target)
+
+            def visit_Del(self, node):
+                self.written.add(node.target)
+
             def leave_Attribute(self, original, updated):
-                if updated.attr.value != "rope_scaling":
+                if updated.attr.value != "rope_scaling" or original in self.written:
                     return updated
                 count[0] += 1
                 return cst.Call(func=cst.Name("_v4_rope_scaling"), args=[cst.Arg(updated)])

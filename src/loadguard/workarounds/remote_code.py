@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import re
+import sys
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,7 +201,7 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     from .._codemod import Refused, append_to_init, class_assignments, ensure_imports, set_class_attribute
 
     changed = dict(_python(sources))
-    done = []
+    done, left = [], []
     mapped: dict[str, list[str]] = {}  # what the tied keys map to -> the classes whose list became that mapping
     for name, text in list(changed.items()):
         for cls, value in class_assignments(text, "_tied_weights_keys").items():
@@ -214,10 +215,12 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
                 ),
                 None,
             )
-            if instance is None:
-                raise Refused(
-                    f"{cls}._tied_weights_keys is a list, and no {cls} in the loaded model says what it ties to"
+            if instance is None:  # this class alone is left for a person; the others are fixed
+                left.append(
+                    f"{cls}._tied_weights_keys in {name} is a transformers 4 list and no {cls} is in the loaded model "
+                    f"to say what it ties to: write it as transformers 5's mapping {{tied key: the weight it ties to}}"
                 )
+                continue
             embeddings = instance.get_input_embeddings()
             source = next(n for n, m in instance.named_modules() if m is embeddings) + ".weight"
             mapping = "{" + ", ".join(f"{key!r}: {source!r}" for key in ast.literal_eval(value)) + "}"
@@ -226,7 +229,7 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     for source, classes in mapped.items():  # one sentence per target, however many classes tie to it
         done.append(f"{', '.join(classes)}: _tied_weights_keys maps to {source}")
     classes = _class_sources(changed)
-    for cls in sorted({type(m) for m in model.modules() if isinstance(m, PreTrainedModel)}, key=lambda k: k.__name__):
+    for cls in sorted(_model_classes(model, PreTrainedModel), key=lambda k: k.__name__):
         target = _needs_post_init(cls, classes)
         if target is not None:
             file = classes[target][0]
@@ -235,9 +238,27 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
             )
             classes = _class_sources(changed)
             done.append(f"{target}.__init__ ends with self.post_init() where transformers 5 runs")
-    return {n: t for n, t in changed.items() if t != sources[n]}, "; ".join(
-        done
-    ) + " (written for transformers 4.x's tying)"
+    edited = {n: t for n, t in changed.items() if t != sources[n]}
+    said = "; ".join(done) + " (written for transformers 4.x's tying)"
+    if left:
+        raise Refused("; ".join(left), edited, said)
+    return edited, said
+
+
+def _model_classes(model, base: type) -> set[type]:
+    """The model classes of the folder: those in the loaded model, and every other ``base`` subclass its code defines
+    (a class no load built is one a user builds: its ``__init__`` needs ``post_init()`` on transformers 5 as well)."""
+    found = {type(m) for m in model.modules() if isinstance(m, base)}
+    package = type(model).__module__.rpartition(".")[0]
+    if not package.startswith("transformers_modules"):
+        return found
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(package + ".") or module is None:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, base) and value.__module__ == name:
+                found.add(value)
+    return found
 
 
 @workaround(

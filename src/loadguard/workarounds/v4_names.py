@@ -244,42 +244,45 @@ def _removed_names_pattern() -> str:
     )
 
 
-def fallback(module: str, name: str, origin: str | None) -> str | None:
+def fallback(module: str, name: str, origin: str | None, bound: str | None = None) -> str | None:
     """What a model file can say instead of ``from <module> import <name>`` where transformers 5 removed the name: the
-    same meaning as :func:`provider` gives back at load time, as source (None: nothing can, by hand)."""
+    same meaning as :func:`provider` gives back at load time, as source defining ``bound`` (the name the file imports
+    it as; default ``name``). None: nothing can, by hand."""
+    bound = bound or name
     native_model = _MODELING.match(module)
     if native_model is not None and name in OLDER:
         older = OLDER_BLOOM if native_model.group(1) == "bloom" else OLDER
-        return definition_named(older[name], name)
+        return definition_named(older[name], bound)
     if name in OWN:
-        return definition_named(OWN[name](), name)
+        return definition_named(OWN[name](), bound)
     if origin is not None and origin.startswith("value:"):
-        return f"{name} = {json.loads(origin[len('value:') :])!r}"
+        return f"{bound} = {json.loads(origin[len('value:') :])!r}"
     if origin is not None and _resolves(origin):
         home, _, qualname = origin.partition(":")
         first, _, rest = qualname.partition(".")
         if not rest:
-            return f"from {home} import {first} as {name}"
-        return f"from {home} import {first}\n\n{name} = {qualname}"
+            return f"from {home} import {first} as {bound}"
+        return f"from {home} import {first}\n\n{bound} = {qualname}"
     renamed = _top_level_rename(module, name)
     if renamed is not None:
-        return f"from transformers import {renamed} as {name}"
+        return f"from transformers import {renamed} as {bound}"
     variant = _ATTENTION_VARIANT.match(name)
     if variant is not None and f"{variant['prefix']}Attention" in _names(module):
-        return f"from {module} import {variant['prefix']}Attention as {name}"
+        return f"from {module} import {variant['prefix']}Attention as {bound}"
     if name == "logger":
-        return f"from transformers.utils import logging\n\n{name} = logging.get_logger({module!r})"
+        return f"from transformers.utils import logging\n\n{bound} = logging.get_logger({module!r})"
     match = re.match(r"^is_(?P<package>[a-z0-9_]+?)_available$", name)
     if match is not None:
         return (
-            f"def {name}(*args, **kwargs):\n    import importlib.util\n\n"
+            f"def {bound}(*args, **kwargs):\n    import importlib.util\n\n"
             f"    return importlib.util.find_spec({match['package']!r}) is not None"
         )
     return None
 
 
-def _removed_imports(text: str) -> list[tuple[str, str, str | None]]:
-    """``(module, name, origin)`` of each name ``text`` imports from a transformers module that 5.x removed it from."""
+def _removed_imports(text: str) -> list[tuple[str, str, str | None, str]]:
+    """``(module, name, origin, bound)`` of each name ``text`` imports from a transformers module that 5.x removed it
+    from; ``bound``: the name the import binds (its ``as`` name, else the name)."""
     gone = removed()
     found = []
     for node in ast.walk(ast.parse(text)):
@@ -287,7 +290,11 @@ def _removed_imports(text: str) -> list[tuple[str, str, str | None]]:
             here = dict(gone.get(node.module, {}))
             if _MODELING.match(node.module):
                 here.update({n: None for n in OLDER if n not in here})
-            found += [(node.module, alias.name, here[alias.name]) for alias in node.names if alias.name in here]
+            found += [
+                (node.module, alias.name, here[alias.name], alias.asname or alias.name)
+                for alias in node.names
+                if alias.name in here
+            ]
     return found
 
 
@@ -301,18 +308,18 @@ def module_names_source_fix(sources: dict[str, str], config: dict, model: Any) -
     edited = dict(sources)
     names = []
     for file in [f for f in sources if f.endswith(".py")]:
-        for module, name, origin in _removed_imports(sources[file]):
+        for module, name, origin, bound in _removed_imports(sources[file]):
             if name in OWNED_ELSEWHERE:
                 continue
-            text = fallback(module, name, origin)
+            text = fallback(module, name, origin, bound)
             if text is None:
                 raise Refused(
                     f"{file} imports {name} from {module}, which transformers 5 removed and which has no stand-in: "
                     "import it from its new home or copy its 4.x definition by hand"
                 )
-            changed, _ = fallback_import({file: edited[file]}, name, (module,), text)
+            changed, _ = fallback_import({file: edited[file]}, name, (module,), text, bound)
             edited.update(changed)
-            names.append(name)
+            names.append(bound)
     changed = {f: t for f, t in edited.items() if t != sources[f]}
     listed = sorted(set(names))
     return changed, (
