@@ -87,7 +87,10 @@ def test_np_buffer_is_fixed_proven_and_written_beside_an_untouched_original(zoo_
     measured = result.proof("same_outputs").measured
     assert measured["max_abs_diff"] <= measured["tolerance"] == 1e-4 and measured["dtype"] == "float32"
     assert measured["tokens_patched"] == measured["tokens_original"] and len(measured["tokens_original"]) == 8
-    assert measured["inputs"] == ["attention_mask", "input_ids"] and measured["positions"] == 16
+    from loadguard._hf import tokenized
+
+    prompt = tokenized(str(folder))  # the model's own tokenizer encodes the prompt both sides run on
+    assert measured["inputs"] == ["attention_mask", "input_ids"] and measured["positions"] == 2 * len(prompt[0])
     assert digest(folder) == before  # the original folder: not a byte written
     assert (
         os.stat(out / "model.safetensors").st_ino == os.stat(folder / "model.safetensors").st_ino

@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import loadguard
 from loadguard._fix.checks import compiles, diff_applies, lint_parity
@@ -18,6 +20,12 @@ from loadguard._fix.checks import compiles, diff_applies, lint_parity
 from ..conftest import IS_V5, TRANSFORMERS_VERSION
 
 v5_only = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} loads the zoo right")
+
+
+@pytest.fixture
+def compat(compat_cache, monkeypatch):
+    """Proof (b)'s transformers 4.57 environment: the session's, created once."""
+    monkeypatch.setenv("LOADGUARD_CACHE", str(compat_cache))
 
 
 def copied(zoo_folder, entry: str, into: Path) -> Path:
@@ -89,7 +97,7 @@ PREFIX_LM = '''
 
 
 @v5_only
-def test_aliased_v4_helpers_keep_the_names_their_call_sites_use(zoo_folder, tmp_path):
+def test_aliased_v4_helpers_keep_the_names_their_call_sites_use(zoo_folder, compat, tmp_path):
     folder = copied(zoo_folder, "v4_module_names", tmp_path)
     edit(folder, "modeling_lgv4names.py", "from .configuration", MPT_IMPORTS + "\nfrom .configuration")
     edit(
@@ -98,10 +106,14 @@ def test_aliased_v4_helpers_keep_the_names_their_call_sites_use(zoo_folder, tmp_
         "    def prune_head_rows",
         PREFIX_LM.lstrip("\n") + "\n    def prune_head_rows",
     )
-    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
-    assert result.status == "unverified", result.to_json()
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, prove_outputs=False)
+    assert result.status == "fixed", result.to_json()
     assert check(result, "lint_parity").ok is True, check(result, "lint_parity").detail
     patched = (tmp_path / "fixed" / "modeling_lgv4names.py").read_text()
+    # the stand-ins' bodies run only on the prefix-LM path no proof takes: said, in the result and the PR text
+    assert result.unrun and all(place.startswith("modeling_lgv4names.py:") for place in result.unrun)
+    notes = (tmp_path / "fixed" / "LOADGUARD_FIX.md").read_text()
+    assert "- lines of this change no check ran: `modeling_lgv4names.py:" in notes
     defined = {n.name for n in ast.walk(ast.parse(patched)) if isinstance(n, ast.FunctionDef)}
     assert {"_expand_mask_bloom", "_expand_mask_opt", "_make_causal_mask_opt"} <= defined
     assert "import _expand_mask as _expand_mask_bloom" in patched  # 4.x still takes transformers' own
@@ -158,7 +170,7 @@ HOSTILE = "training;getattr(__import__('os'),'system')('touch PWNED');_=module"
 
 @v5_only
 @pytest.mark.parametrize("name", ["scale table", HOSTILE, "class"])
-def test_a_buffer_name_that_is_not_an_identifier_is_data_never_code(zoo_folder, tmp_path, monkeypatch, name):
+def test_a_buffer_name_that_is_not_an_identifier_is_data_never_code(zoo_folder, compat, tmp_path, monkeypatch, name):
     """torch accepts any string as a buffer name: the patch reads and writes it through a string literal (or refuses
     that one tensor), the rest is fixed, and nothing of the name runs when the copy loads."""
     folder = copied(zoo_folder, "np_buffer", tmp_path)
@@ -188,7 +200,7 @@ def test_a_buffer_name_that_is_not_an_identifier_is_data_never_code(zoo_folder, 
 
 
 @v5_only
-def test_every_model_class_of_the_folder_saves_after_the_fix(zoo_folder, tmp_path):
+def test_every_model_class_of_the_folder_saves_after_the_fix(zoo_folder, compat, tmp_path):
     """A class the load never built (the folder's AutoModel), whose __init__ never calls post_init either: after the fix
     it builds from its config and saves on transformers 5, as users fine-tune and save."""
     folder = copied(zoo_folder, "v4_tied_weights", tmp_path)
@@ -208,6 +220,8 @@ def test_every_model_class_of_the_folder_saves_after_the_fix(zoo_folder, tmp_pat
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, prove_outputs=False)
     assert result.status == "fixed", result.to_json()
     assert check(result, "saves_and_reloads").ok is True
+    patched = (tmp_path / "fixed" / "modeling_lgv4.py").read_text()
+    assert patched.count("self.post_init()\n") == 2  # LgV4ForCausalLM's and LgV4Model's, where transformers 5 runs
     from transformers import AutoConfig, AutoModel
 
     fixed = tmp_path / "fixed"
@@ -217,7 +231,7 @@ def test_every_model_class_of_the_folder_saves_after_the_fix(zoo_folder, tmp_pat
 
 
 @v5_only
-def test_an_unused_class_with_a_v4_tie_list_is_refused_alone_and_the_rest_fixed(zoo_folder, tmp_path):
+def test_an_unused_class_with_a_v4_tie_list_is_refused_alone_and_the_rest_fixed(zoo_folder, compat, tmp_path):
     folder = copied(zoo_folder, "v4_tied_weights", tmp_path)
     edit(
         folder,
@@ -236,3 +250,101 @@ def test_an_unused_class_with_a_v4_tie_list_is_refused_alone_and_the_rest_fixed(
     assert "LgV4ForRanking._tied_weights_keys in modeling_lgv4.py is a transformers 4 list" in left
     patched = (tmp_path / "fixed" / "modeling_lgv4.py").read_text()
     assert "_tied_weights_keys = {" in patched and '_tied_weights_keys = ["score.weight"]' in patched
+
+
+# -- names as data, fuzzed ------------------------------------------------------------------------------------------
+
+NAMES = st.one_of(
+    st.text(min_size=1, max_size=24),
+    st.sampled_from(["class", "def", "None", "x y", "a'b", 'a"b', "a\nb", "ключ", "x;import os", "__import__('os')"]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(NAMES)
+def test_any_buffer_name_is_a_string_in_the_branch_that_recomputes_it(name):
+    """Whatever string names the buffer, the recompute the codemod writes reads and writes it through a string literal:
+    it parses, recomputes the value, and the name never becomes a name, an attribute or a statement of the code."""
+    import torch
+
+    from loadguard._codemod import Refused, add_branches, recompute
+
+    probe = torch.nn.Module()
+    try:
+        probe.register_buffer(name, torch.zeros(1))
+    except (KeyError, TypeError):
+        assume(False)  # torch refuses it ('.', '', an existing attribute): no model can hold it
+    source = (
+        "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+        f"        super().__init__()\n        self.register_buffer({name!r}, torch.arange(4) * 2, persistent=False)\n\n\n"
+        "class Base(nn.Module):\n    def _init_weights(self, module):\n        pass\n"
+    )
+    try:
+        branch = recompute(source, 8, name, "buffer", on_meta=False)
+        patched = add_branches(source, "Base", [branch])
+    except Refused:
+        return
+    tree = ast.parse(patched)
+    for node in ast.walk(tree):
+        assert not (isinstance(node, ast.Attribute) and node.attr == name and not name.isidentifier())
+        assert not (isinstance(node, ast.Name) and node.id == name)
+    namespace: dict = {}
+    exec(compile(patched, "patched.py", "exec"), namespace)
+    module = namespace["M"]()
+    getattr(module, name).zero_()
+    namespace["Base"]()._init_weights(module)
+    assert getattr(module, name).tolist() == [0, 2, 4, 6]
+
+
+# -- outputs that cannot be compared are "not compared", and (a) and (b) decide -------------------------------------
+
+
+def _seen(values, **extra):
+    return {"inputs": ["input_ids"], "dtype": "float32", "kind": "logits", "values": values, "tokens": None, **extra}
+
+
+def test_an_original_that_answers_nan_where_it_was_written_is_not_compared():
+    import torch
+
+    from loadguard._fix.across import compare_outputs
+
+    finite = torch.zeros(1, 2, 4)
+    ok, detail, _ = compare_outputs(_seen(torch.full((1, 2, 4), float("nan"))), _seen(finite), "4.57.6", "5.25.0")
+    assert ok is None and detail.startswith("not compared: the original's logits on transformers 4.57.6 hold NaN")
+    ok, detail, _ = compare_outputs(_seen(finite), _seen(torch.full((1, 2, 4), float("nan"))), "4.57.6", "5.25.0")
+    assert ok is False and "the patched copy's logits on 5.25.0 hold NaN or Inf" in detail  # the copy's own NaN fails
+
+
+def test_an_original_that_differs_from_itself_is_not_compared_and_does_not_block_the_fix():
+    import torch
+
+    from loadguard._fix.across import compare_outputs
+    from loadguard._fix.fixing import _status
+    from loadguard._fix.proofs import Proof
+
+    noisy = _seen(torch.zeros(1, 2, 4), unsteady=0.25)
+    ok, detail, _ = compare_outputs(noisy, _seen(torch.ones(1, 2, 4)), "4.57.6", "5.25.0")
+    assert ok is None and "the original's outputs on transformers 4.57.6 differ between two runs" in detail
+    decided = (Proof("loads_right", "5.25.0", True, "clean"), Proof("same_outputs", "5.25.0 vs 4.57.6", ok, detail))
+    assert _status(True, decided, []) == "fixed"  # (a) and (b) decide
+    unrun = (Proof("loads_right", "5.25.0", True, "clean"), Proof("unchanged_before_v5", "4.57.6", None, "not run: x"))
+    assert _status(True, unrun, []) == "unverified"  # a proof that could not run still leaves it unproven
+
+
+def test_a_forward_that_adds_noise_is_seen_as_unsteady():
+    import torch
+
+    from loadguard._hf import model_outputs
+
+    class Noisy(torch.nn.Module):
+        config = type("C", (), {"vocab_size": 16})()
+
+        def forward(self, input_ids):
+            return (torch.randn(input_ids.shape[0], input_ids.shape[1], 16),)
+
+    class Steady(Noisy):
+        def forward(self, input_ids):
+            return (torch.nn.functional.one_hot(input_ids, 16).float(),)
+
+    assert model_outputs(Noisy(), generate=False)["unsteady"] > 0
+    assert model_outputs(Steady(), generate=False)["unsteady"] is None

@@ -9,7 +9,7 @@ import torch
 
 import loadguard
 from loadguard._fix.across import compare_outputs, same_outputs
-from loadguard._hf import describe_crash, model_inputs, model_outputs, token_ids
+from loadguard._hf import describe_crash, model_inputs, model_outputs, token_ids, tokenized
 
 from ..conftest import TRANSFORMERS_VERSION
 from .test_fix import digest, independent_check, v5_only
@@ -195,7 +195,7 @@ def test_v4_code_past_the_load_is_found_fixed_and_proven_by_its_outputs(zoo_fold
         assert any(c.workaround == workaround for c in result.changes)
         assert independent_check(out, entry) == [] and digest(folder) == before
         fixed = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
-        ran = model_outputs(fixed)
+        ran = model_outputs(fixed, ids=tokenized(str(out)))  # the prompt proof (c) ran on: its own tokenizer's
         assert ran["error"] is None and ran["tokens"] == measured["tokens_patched"]
         assert (
             f"transformers {TRANSFORMERS_VERSION} vs 4.57.6, same outputs: passed"
@@ -317,7 +317,7 @@ def test_v4_code_in_generate_is_fixed_and_proven_against_the_release_it_was_writ
     assert "def _supports_default_dynamic_cache(self):" in code
     assert 'if model_kwargs.get("attention_mask", 0) is None:' in code
     fixed = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
-    ran = model_outputs(fixed)  # plain transformers 5, no workaround
+    ran = model_outputs(fixed, ids=tokenized(str(out)))  # plain transformers 5, no workaround, the same prompt
     assert ran["error"] is None and ran["tokens"] == measured["tokens_patched"]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import compare
 from .._hf import describe_crash
-from .._infra import plural
+from .._infra import collapse_names, plural
 from .proofs import Proof
 
 TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
@@ -69,6 +69,14 @@ def compare_outputs(
             both = f"on {old} {side}; on {new} {describe_crash(after['error'])}"
             return None, f"not compared: it does not run on either release: {both}", measured
         return None, f"not compared: on transformers {old} {side}", measured
+    for side, seen, release in (("original", before, old), ("patched copy", after, new)):
+        if seen.get("unsteady") is not None:  # two runs of one model disagree: no other run can be held to it
+            return (
+                None,
+                f"not compared: the {side}'s outputs on transformers {release} differ between two runs of the same "
+                f"inputs (max |diff| {seen['unsteady']:.3g}: a forward that adds noise, or dropout left on)",
+                measured,
+            )
     first, second = before.get("values"), after.get("values")
     if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor):
         return None, f"not compared: its forward returns {after.get('kind') or 'no tensor'}", measured
@@ -80,11 +88,19 @@ def compare_outputs(
             f"{after['kind']} of shape {tuple(second.shape)} on {new}, {tuple(first.shape)} on {old}",
             measured,
         )
+    if not torch.isfinite(
+        first
+    ).all():  # a degenerate checkpoint: the original itself answers NaN where it was written
+        return (
+            None,
+            f"not compared: the original's {after['kind']} on transformers {old} hold NaN or Inf already (the patched "
+            f"copy's on {new}: {'finite' if torch.isfinite(second).all() else 'too'})",
+            measured,
+        )
     if not torch.isfinite(second).all():
         return (
             False,
-            f"the patched copy's {after['kind']} on {new} hold NaN or Inf (the original's on {old}: "
-            + ("finite)" if torch.isfinite(first).all() else "too)"),
+            f"the patched copy's {after['kind']} on {new} hold NaN or Inf (the original's on {old}: finite)",
             measured,
         )
     tolerance = TOLERANCE.get(str(after.get("dtype")), TOLERANCE["float32"])
@@ -128,13 +144,21 @@ def compare_outputs(
     return (
         True,
         f"on transformers {new} the patched copy's {what} equal the original's on {old} within {tolerance:g} "
-        f"(max |diff| {largest:.3g}, {after.get('dtype')}, {measured['positions']} positions; inputs built from the "
-        f"config: {', '.join(measured['inputs'])}){generated}",
+        f"(max |diff| {largest:.3g}, {after.get('dtype')}, {measured['positions']} positions; inputs "
+        + ("from the model's own tokenizer" if after.get("ids") else "built from the config")
+        + f": {', '.join(measured['inputs'])}){generated}",
         measured,
     )
 
 
-def same_outputs(before: dict | None, after: dict | str, old: str, new: str, weightless: bool = False) -> Proof:
+def same_outputs(
+    before: dict | None,
+    after: dict | str,
+    old: str,
+    new: str,
+    weightless: bool = False,
+    changed: tuple[str, ...] = (),
+) -> Proof:
     """(c) as a proof row: ``before`` the original's outputs on ``old`` (proof (b)'s release; None: it took none),
     ``after`` the patched copy's on ``new`` (a string: why there are none)."""
     name = "same_outputs"
@@ -154,9 +178,11 @@ def same_outputs(before: dict | None, after: dict | str, old: str, new: str, wei
         else []
     )
     if after.get("part") and before.get("part") == after.get("part"):
+        outside = collapse_names(t for t in changed if not t.startswith(f"{after['part']}."))
         notes.append(
             f"compared on its sub-model {after['part']} alone: the whole model's forward requires "
             f"{', '.join(after.get('whole_missing') or [])}, which cannot be built from its config"
+            + (f"; the changed {', '.join(outside)} lie outside it and were not compared" if outside else "")
         )
     if before.get("set_like_code"):
         notes.append(

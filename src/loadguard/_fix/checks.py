@@ -179,9 +179,60 @@ def diff_applies(original: dict[str, str], diff: str) -> Proof:
     )
 
 
+def added_lines(diff: str) -> dict[str, set[int]]:
+    """The lines a unified diff adds, by file name, numbered as in the new file."""
+    added: dict[str, set[int]] = {}
+    name, line = "", 0
+    for text in diff.split("\n"):
+        if text.startswith("+++ "):
+            name = text[4:].split("\t")[0].removeprefix("b/")
+        elif text.startswith("@@"):
+            line = int(text.split("+")[1].split(",")[0].split(" ")[0])
+        elif text.startswith("+"):
+            added.setdefault(name, set()).add(line)
+            line += 1
+        elif text.startswith(" "):
+            line += 1
+    return added
+
+
+def _executable(text: str, name: str) -> set[int]:
+    """The lines of a file that run as statements (what a line tracer can see run)."""
+    lines: set[int] = set()
+    pending = [compile(text, name, "exec", dont_inherit=True)]
+    while pending:
+        code = pending.pop()
+        lines |= {line for _, _, line in code.co_lines() if line is not None}
+        pending += [c for c in code.co_consts if hasattr(c, "co_lines")]
+    return lines
+
+
+def not_run(diff: str, patched: dict[str, str], ran: dict[str, list[int]]) -> tuple[str, ...]:
+    """The statements the change added that no proof ran, as ``file:line`` or ``file:first-last`` spans; the lines that
+    only define (a ``def``, a class body's assignment) count as run when their module was imported."""
+    out: list[str] = []
+    for name, lines in sorted(added_lines(diff).items()):
+        if not name.endswith(".py") or name not in patched:
+            continue
+        try:
+            executable = _executable(patched[name], name)
+        except SyntaxError:
+            continue
+        seen = set(ran.get(name, ()))
+        missed = sorted(line for line in lines & executable if line not in seen)
+        spans: list[list[int]] = []
+        for line in missed:
+            if spans and line == spans[-1][1] + 1:
+                spans[-1][1] = line
+            else:
+                spans.append([line, line])
+        out += [f"{name}:{a}" if a == b else f"{name}:{a}-{b}" for a, b in spans]
+    return tuple(out)
+
+
 def static_checks(original: dict[str, str], patched: dict[str, str], diff: str) -> tuple[Proof, ...]:
     """The three checks that need no model run, in the order a reviewer meets what they catch."""
     return diff_applies(original, diff), compiles(patched), lint_parity(original, patched)
 
 
-__all__ = ["OLDEST_PYTHON", "compiles", "diff_applies", "lint_parity", "static_checks"]
+__all__ = ["OLDEST_PYTHON", "added_lines", "compiles", "diff_applies", "lint_parity", "not_run", "static_checks"]

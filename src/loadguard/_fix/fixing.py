@@ -45,7 +45,7 @@ from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
 from ..report import Finding, FixStatus, WorkaroundStatus
 from ..runner import rebuilt
 from .across import same_outputs
-from .checks import static_checks
+from .checks import not_run, static_checks
 from .files import cached_module_glob, digest, holds_weights, publish, stage, tampered
 from .plan import Change, Refusal, plan_fix
 from .proofs import Proof, before_v5_on_first, loads_right, run_patched, saved, written_for
@@ -82,6 +82,8 @@ class FixResult:
     """The auto class the model was loaded with (``AutoModelForCausalLM``): what the reproduction in the PR text uses."""
     unrun: tuple[str, ...] = ()
     """Lines the change added that no proof ran (``file:line``), said in the output and the PR text."""
+    checked: str = ""
+    """What was run to find the model's problems (a ``clean`` result says so: what it means is what was run)."""
 
     @property
     def ok(self) -> bool:
@@ -110,6 +112,7 @@ class FixResult:
             "weights": self.weights or None,
             "auto_class": self.auto_class or None,
             "unrun": list(self.unrun),
+            "checked": self.checked,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -181,8 +184,17 @@ def fix(
     # a load that is right can still break when the model runs (v4 code in forward or generate): that is a change too,
     # once the model is seen to break (the files calling what this transformers lacks is not enough to call it broken)
     late = _needed_past_the_load(plan, needed, model)
-    if late and not findings and not needed and not _breaks_when_run(model, folder, weightless, late):
-        late = []
+    checked = (
+        f"its {'load as a scan predicts it' if weightless else 'load'} was audited (every tensor against its code and "
+        "checkpoint); its forward and generate were not run (`loadguard audit --forward` runs them)"
+    )
+    if late and not findings and not needed:
+        if not _breaks_when_run(model, folder, weightless, late):
+            late = []
+            checked = (
+                f"its {'load as a scan predicts it' if weightless else 'load'} was audited, and one forward pass and "
+                "8 greedy tokens on inputs built from its config ran without a failure"
+            )
     result = FixResult(  # what every outcome shares; each one below replaces what it knows
         model=label,
         out=None,
@@ -197,6 +209,7 @@ def fix(
         seconds=seconds,
         weightless=weightless,
         auto_class=str(getattr(type(model), "_auto_class", None) or ""),
+        checked=checked,
     )
     if not findings and not needed and not late:
         return result
@@ -225,9 +238,12 @@ def fix(
     staged = digest(staging)  # the proofs run the model's code: what it writes into the copy is never published
     try:
         proofs: tuple[Proof, ...] = checked
+        unrun: tuple[str, ...] = ()
         if verify:
             start = time.perf_counter()
-            document = run_patched(staging, auto_class, weightless, prove_outputs, class_name)
+            traced = tuple(name for name in plan.files if name.endswith(".py"))
+            document = run_patched(staging, auto_class, weightless, prove_outputs, class_name, traced)
+            unrun = not_run(diff, plan.files, document.pop("lines_run", {}) or {})
             after = document.pop("outputs", None) or (
                 f"the patched copy did not load on {report.versions.get('transformers', '')}"
                 if document.get("error")
@@ -244,13 +260,15 @@ def fix(
             seconds["prove_current"] = time.perf_counter() - start
             start = time.perf_counter()
             versions = (compat_version,) if compat_version else written_for(folder)
+            ids = after.get("ids") if isinstance(after, dict) else None  # the prompt both sides run on
             compat, before = before_v5_on_first(
-                versions, folder, staging, needed, class_name, weightless, prove_outputs
+                versions, folder, staging, needed, class_name, weightless, prove_outputs, ids
             )
             proofs += (compat,)
             seconds["prove_compat"] = time.perf_counter() - start
             if prove_outputs:
-                proofs += (same_outputs(before, after, compat.transformers, current, weightless),)
+                answered = tuple(t for change in plan.changes for t in change.tensors)
+                proofs += (same_outputs(before, after, compat.transformers, current, weightless, answered),)
             changed = tampered(staged, digest(staging))
             if changed:
                 proofs += (
@@ -271,6 +289,7 @@ def fix(
             proofs=proofs,
             diff=diff,
             weights=held if written else "",
+            unrun=unrun,
         )
         if status != FixStatus.NOT_FIXED:
             publish(staging, target, result)
@@ -339,11 +358,13 @@ def _forget_modules(staging: str) -> None:
 
 
 def _status(verify: bool, proofs: tuple[Proof, ...], refused: list[Refusal]) -> str:
+    """``not_fixed`` on a failed proof, ``unverified`` where one could not run; outputs that cannot be compared (the
+    original's are NaN, or differ from themselves, or it does not run on either release) leave (a) and (b) to decide."""
     if not verify:
         return FixStatus.UNVERIFIED
     if any(p.ok is False for p in proofs):
         return FixStatus.NOT_FIXED
-    if any(p.ok is None for p in proofs):
+    if any(p.ok is None and not p.said.startswith("not compared") for p in proofs):
         return FixStatus.UNVERIFIED
     return FixStatus.PARTLY if refused else FixStatus.FIXED
 

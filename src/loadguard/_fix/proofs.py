@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from .._audit import audit, load_unaudited, repair
-from .._hf import init_weights_calls, synthetic
+from .._hf import init_weights_calls, synthetic, tokenized
 from .._hf import model_outputs as run_outputs
 from .._infra import envs, forks, plural, procs
 from .._scan import scan
@@ -134,12 +134,16 @@ def _run_prove(command: list[str], env: dict, timeout: float = 900) -> dict:
 
 def _synthetic_outputs(folder: str, class_name: str | None) -> dict:
     """Without weights, proof (c)'s 5.x side: the patched copy built from its config (no workaround) with the synthetic
-    weights the 4.x side gives the original, its forward and greedy tokens."""
+    weights the 4.x side gives the original, its forward and greedy tokens (on the prompt its tokenizer encodes, when it
+    has one: ``ids``, handed to the 4.x side)."""
     try:
         model, why = synthetic(folder, class_name)
     except Exception as error:  # the model's own construction failed: (c) says so
         return {"not_built": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]}
-    return {"not_built": why} if model is None else {**run_outputs(model, fixes=fixes_for), "synthetic": True}
+    if model is None:
+        return {"not_built": why}
+    ids = tokenized(folder)
+    return {**run_outputs(model, fixes=fixes_for, ids=ids), "synthetic": True, "ids": ids}
 
 
 def _same_tensors(first: Any, second: Any, leave: set[str]) -> list[str]:
@@ -193,7 +197,48 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
 
 
-def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
+class LinesRun:
+    """The lines of the patched files that run while a proof runs, as ``sys.settrace`` sees them: only frames of files
+    transformers copied into its modules cache under one of ``names`` are traced line by line (every other frame pays
+    one call check). ``lines``: file name -> line numbers."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+        self.lines: dict[str, set[int]] = {}
+
+    def _local(self, frame, event, arg):
+        if event == "line":
+            self.lines.setdefault(os.path.basename(frame.f_code.co_filename), set()).add(frame.f_lineno)
+        return self._local
+
+    def _global(self, frame, event, arg):
+        filename = frame.f_code.co_filename
+        if "transformers_modules" in filename and os.path.basename(filename) in self.names:
+            return self._local
+        return None
+
+    def __enter__(self) -> LinesRun:
+        self.previous = sys.gettrace()
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.settrace(self.previous)
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {name: sorted(lines) for name, lines in self.lines.items()}
+
+
+def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None, tuple[str, ...]]) -> dict:
+    """The proof (a) process, its lines run traced in the patched files (``names``): :func:`_proven` does the work."""
+    *rest, names = arguments
+    with LinesRun(set(names)) as traced:
+        document = _proven(tuple(rest))
+    document["lines_run"] = traced.to_dict()
+    return document
+
+
+def _proven(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
     """In a forked child (nothing of the original's load is active there): the patched copy loaded as a user would,
     leftover memory poisoned, no workaround, then audited; without weights, the same load predicted by a scan. Either
     way the copy is saved with ``save_pretrained`` and loaded again (:func:`saves_and_reloads`; without weights, the
@@ -214,6 +259,7 @@ def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None]) ->
     saves = saves_and_reloads(model, auto_class, {f.tensor for f in report.failures})
     if not taken:
         return {**report.to_dict(), "init_weights_ran": ran, "saves": saves}
+    ids = tokenized(folder)  # the model's own tokenizer, when it has one (ChatGLM's prompt needs its gMASK token)
     # proof (c) runs the copy as a user would once they did what the plan left for a person: its refused tensors set
     # to what the code computes (in memory, here only), so the outputs compare the change, not the known gap
     set_by_hand = [f.tensor for f in report.failures] if report.failures and repair(model, report).ok else []
@@ -221,7 +267,7 @@ def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None]) ->
         **report.to_dict(),
         "init_weights_ran": ran,
         "saves": saves,
-        "outputs": {**run_outputs(model, fixes=fixes_for), "set_by_hand": set_by_hand},
+        "outputs": {**run_outputs(model, fixes=fixes_for, ids=ids), "set_by_hand": set_by_hand, "ids": ids},
     }
 
 
@@ -250,14 +296,16 @@ def run_patched(
     weightless: bool = False,
     outputs: bool = True,
     class_name: str | None = None,
+    traced: tuple[str, ...] = (),
 ) -> dict:
     """The patched copy loaded in a child process with leftover memory poisoned and no workaround, audited (``weightless``:
     its load as a scan predicts it): the audit's document, and under ``"outputs"`` the copy's outputs on this
     transformers (:func:`loadguard._hf.inputs.model_outputs`: proof (c)'s side; absent without weights or without a fork, or
-    when not ``outputs``)."""
+    when not ``outputs``); under ``"lines_run"`` the lines of the files named in ``traced`` that ran there (file name ->
+    line numbers: what of the edit the proofs reached)."""
     if forks.available():
         (outcome,) = forks.run(
-            _audit_patched, [(str(staging), auto_class, weightless, outputs, class_name)], timeout=1800
+            _audit_patched, [(str(staging), auto_class, weightless, outputs, class_name, traced)], timeout=1800
         )
         document = outcome.value if outcome.ok else {"error": f"the process loading it failed: {outcome.error}"}
     else:  # no fork (Windows): a fresh interpreter
@@ -400,6 +448,7 @@ def _unchanged_before_v5(
     class_name: str | None = None,
     weightless: bool = False,
     outputs: bool = True,
+    ids: list | None = None,
 ) -> tuple[Proof, dict | None]:
     """(b): under transformers ``version`` the patched copy loads to the same tensors and first forward as the original
     (``weightless``: both constructed from the config build the same buffers and tensor attributes, and parameters of
@@ -425,8 +474,9 @@ def _unchanged_before_v5(
         "weightless" if weightless else "loaded",
     ]
     with tempfile.TemporaryDirectory(prefix="loadguard-outputs-") as scratch:
-        values = Path(scratch, "values.pt")
-        document = _run_prove(command + ([str(values)] if outputs else []), env)
+        values, prompt = Path(scratch, "values.pt"), Path(scratch, "ids.json")
+        prompt.write_text(json.dumps(ids) if ids else "")
+        document = _run_prove(command + ([str(values), str(prompt)] if outputs else []), env)
         seen = _reference_outputs(document.get("outputs"), values)
     if "error" in document:
         return proof(version, False, f"could not be compared: {document['error']}"), None

@@ -111,6 +111,7 @@ def compare(
     class_name: str | None = None,
     weightless: bool = False,
     values_file: str = "",
+    ids: list | None = None,
 ) -> dict:
     import torch
     import transformers
@@ -144,14 +145,18 @@ def compare(
             "differ_count": len(differ),
             "forward": "not compared: no weights (parameters compared by name, shape and dtype)",
             "repaired": [],
-            **({"outputs": _synthetic_outputs(original, workarounds, class_name, values_file)} if values_file else {}),
+            **(
+                {"outputs": _synthetic_outputs(original, workarounds, class_name, values_file, ids)}
+                if values_file
+                else {}
+            ),
         }
     # the original's forward and greedy tokens are proof (c)'s reference; the patched copy's forward is (b)'s. A tensor
     # the original loads wrong here too is set as its code computes it first (what the patched copy holds, checked above)
     with torch.no_grad():
         for name in repaired:
             mine[name].copy_(theirs[name].to(mine[name].dtype))
-    seen, patched = outputs(before, generate=bool(values_file)), outputs(after, generate=False)
+    seen, patched = outputs(before, generate=bool(values_file), ids=ids), outputs(after, generate=False, ids=ids)
     seen["set_like_code"] = repaired
     first, second = seen.pop("values"), patched["values"]
     if seen["missing"]:
@@ -195,7 +200,7 @@ def _save_values(values, values_file: str, seen: dict) -> None:
         seen["values_sha256"] = hashlib.sha256(Path(values_file).read_bytes()).hexdigest()
 
 
-def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_file: str) -> dict:
+def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_file: str, ids=None) -> dict:
     """Proof (c)'s reference without weights: the original built from its config with synthetic weights (the same
     values the other side gives the patched copy), its forward and greedy tokens."""
 
@@ -207,7 +212,7 @@ def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_
     model, why = synthetic(folder, class_name, context)
     if model is None:
         return {"not_built": why}
-    seen = outputs(model)
+    seen = outputs(model, ids=ids)
     _save_values(seen.pop("values"), values_file, seen)
     return {**seen, "synthetic": True}
 
@@ -250,6 +255,8 @@ def main() -> None:
     class_name = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
     weightless = len(sys.argv) > 5 and sys.argv[5] == "weightless"
     values_file = sys.argv[6] if len(sys.argv) > 6 else ""
+    ids_file = sys.argv[7] if len(sys.argv) > 7 else ""
+    ids = json.loads(Path(ids_file).read_text() or "null") if ids_file else None
     try:
         with tempfile.TemporaryDirectory(prefix="loadguard-prove-") as names:
             # transformers before 4.4x names a folder's remote-code module after the folder itself, unsanitized: the
@@ -261,7 +268,7 @@ def main() -> None:
             patched_link.symlink_to(Path(patched).resolve(), target_is_directory=True)
             try:
                 result = compare(
-                    str(original_link), str(patched_link), workarounds, class_name, weightless, values_file
+                    str(original_link), str(patched_link), workarounds, class_name, weightless, values_file, ids
                 )
             finally:
                 _forget_modules(original_link.name, patched_link.name)

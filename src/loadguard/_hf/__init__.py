@@ -19,6 +19,7 @@ __getattr__, __dir__, __all__ = lazy_face(
             "model_outputs",
             "prompt_ids",
             "synthetic",
+            "tokenized",
             "token_ids",
         ),
         "noise": ("explaining",),

@@ -107,10 +107,13 @@ def _pixel_values(config: Any, batch: int, device, dtype):
     return torch.randn(batch, channels, height, width, generator=generator).to(device=device, dtype=dtype)
 
 
-def model_inputs(model: Any, batch: int = 2, length: int = PROMPT_LENGTH) -> tuple[dict[str, Any], list[str]]:
+def model_inputs(
+    model: Any, batch: int = 2, length: int = PROMPT_LENGTH, ids: Any = None
+) -> tuple[dict[str, Any], list[str]]:
     """``(keyword arguments for model.forward, the required arguments it takes that could not be built)``: token ids of
-    the config's vocabulary, an all-ones attention mask, pixel values of the configured image size where the forward
-    requires them, and ``use_cache=False`` (one pass is compared; v4-era code may not speak a newer cache class)."""
+    the config's vocabulary (or ``ids``: a prompt the model's own tokenizer encoded, with the special tokens it adds),
+    an all-ones attention mask, pixel values of the configured image size where the forward requires them, and
+    ``use_cache=False`` (one pass is compared; v4-era code may not speak a newer cache class)."""
     import torch
 
     try:
@@ -119,7 +122,9 @@ def model_inputs(model: Any, batch: int = 2, length: int = PROMPT_LENGTH) -> tup
         parameters = {}
     open_ended = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
     device, dtype = _first_device_and_dtype(model)
-    ids = token_ids(model.config, batch, length).to(device)
+    ids = (token_ids(model.config, batch, length) if ids is None else torch.as_tensor(ids, dtype=torch.long)).to(
+        device
+    )
     built: dict[str, Any] = {}
     if "input_ids" in parameters or open_ended:
         built["input_ids"] = ids
@@ -198,8 +203,25 @@ def _generates(model: Any) -> bool:
         return False
 
 
+def tokenized(folder: str, batch: int = 2) -> list[list[int]] | None:
+    """A fixed prompt as the model's own tokenizer encodes it (the special tokens it adds included: ChatGLM's gMASK),
+    ``batch`` rows of it; None when the folder has no tokenizer that loads."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        row = [int(i) for i in tokenizer(PROMPT)["input_ids"]]
+    except Exception:  # no tokenizer, or one that does not load here: the ids built from the config are used
+        return None
+    return [row] * batch if row else None
+
+
+PROMPT = "The quick brown fox jumps over the lazy dog because"
+"""What a model's own tokenizer encodes for proof (c): plain words every vocabulary has."""
+
+
 def model_outputs(
-    model: Any, new_tokens: int = NEW_TOKENS, generate: bool = True, fixes: Any = None
+    model: Any, new_tokens: int = NEW_TOKENS, generate: bool = True, fixes: Any = None, ids: Any = None
 ) -> dict[str, Any]:
     """One forward pass on :func:`model_inputs` and (``generate``, a model that generates) ``new_tokens`` greedy tokens
     from the first row. Never raises for the model's own failures: ``error`` holds the stage, type, message, the
@@ -213,11 +235,15 @@ def model_outputs(
     Returns ``{"inputs": names built, "dtype": the model's, "missing": required inputs not built, "kind": "logits" |
     "hidden states" | ..., "values": float32 tensor or None, "tokens": generated ids or None, "generate": why not
     generated ("" when it was), "error": None or the crash, "part", "whole_missing"}``."""
-    kwargs, missing = model_inputs(model)
+    kwargs, missing = model_inputs(model, ids=ids)
     if missing:
         for name, module in model.named_modules():
             if name and hasattr(module, "config") and hasattr(module, "can_generate") and not model_inputs(module)[1]:
-                return {**model_outputs(module, new_tokens, generate, fixes), "part": name, "whole_missing": missing}
+                return {
+                    **model_outputs(module, new_tokens, generate, fixes, ids),
+                    "part": name,
+                    "whole_missing": missing,
+                }
     return {**_run(model, kwargs, missing, new_tokens, generate, fixes), "part": "", "whole_missing": []}
 
 
@@ -233,6 +259,7 @@ def _run(model: Any, kwargs: dict, missing: list[str], new_tokens: int, generate
         "tokens": None,
         "generate": "",
         "error": None,
+        "unsteady": None,
     }
     if missing:
         result["generate"] = "not run: the forward's required inputs could not be built"
@@ -249,6 +276,7 @@ def _run(model: Any, kwargs: dict, missing: list[str], new_tokens: int, generate
         values, kind = _logits(output)
         if isinstance(values, torch.Tensor):
             result["values"], result["kind"] = values.detach().float().cpu(), kind
+            result["unsteady"] = _unsteady(model, kwargs, result["values"])
         else:
             result["kind"] = "no tensor output"
         if not generate:
@@ -260,6 +288,25 @@ def _run(model: Any, kwargs: dict, missing: list[str], new_tokens: int, generate
             if result["error"]:
                 result["generate"] = "failed"
     return result
+
+
+def _unsteady(model: Any, kwargs: dict[str, Any], first: Any) -> float | None:
+    """The same forward pass once more: None when it gives the same values (NaN where NaN), else the largest difference
+    (a forward that adds noise, dropout left on: its outputs cannot be held to another run's)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            again, _ = _logits(model(**kwargs))
+    except Exception:  # it ran once: a second failure is not this question's
+        return None
+    if not isinstance(again, torch.Tensor) or again.shape != first.shape:
+        return float("inf")
+    again = again.detach().float().cpu()
+    same = torch.equal(first.nan_to_num(0.0, 1e30, -1e30), again.nan_to_num(0.0, 1e30, -1e30)) and torch.equal(
+        first.isnan(), again.isnan()
+    )
+    return None if same else float((first - again).abs().nan_to_num(float("inf")).max())
 
 
 def _greedy(model: Any, kwargs: dict[str, Any], new_tokens: int, fixes: Any) -> tuple[list[int] | None, dict | None]:
@@ -402,8 +449,10 @@ __all__ = [
     "describe_crash",
     "fill",
     "model_inputs",
+    "PROMPT",
     "model_outputs",
     "prompt_ids",
     "synthetic",
+    "tokenized",
     "token_ids",
 ]

@@ -355,6 +355,8 @@ def _print_one(result, out, err) -> None:
         styled("{}: {}{}", result.model, Markup(headline[result.status]), f" -> {result.out}" if result.out else ""),
         highlight=False,
     )
+    if result.status == FixStatus.CLEAN and result.checked:
+        out.print(f"  {result.checked}", highlight=False)
     verb = "changed" if result.out else "would change (not written)"
     for change in result.changes:
         out.print(f"  {verb} {change.file}: {change.description}", highlight=False)
@@ -374,6 +376,12 @@ def _print_one(result, out, err) -> None:
         where = f"proof on transformers {proof.transformers}" if proof.transformers else "check"
         out.print(
             styled("  {}, {}: {}: {}", where, proof.name.replace("_", " "), mark, proof.said),
+            highlight=False,
+        )
+    if result.unrun:
+        out.print(
+            f"  lines of the change no proof ran: {', '.join(result.unrun[:8])}"
+            + (f" and {len(result.unrun) - 8} more" if len(result.unrun) > 8 else ""),
             highlight=False,
         )
     if result.status == FixStatus.UNVERIFIED and not result.proofs:

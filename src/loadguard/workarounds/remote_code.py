@@ -247,16 +247,25 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
 
 def _model_classes(model, base: type) -> set[type]:
     """The model classes of the folder: those in the loaded model, and every other ``base`` subclass its code defines
-    (a class no load built is one a user builds: its ``__init__`` needs ``post_init()`` on transformers 5 as well)."""
+    beside them (a class no load built is one a user builds: its ``__init__`` needs ``post_init()`` on transformers 5
+    too). Read from the namespaces of the loaded classes' own functions: transformers may have dropped the modules."""
     found = {type(m) for m in model.modules() if isinstance(m, base)}
-    package = type(model).__module__.rpartition(".")[0]
-    if not package.startswith("transformers_modules"):
-        return found
-    for name, module in list(sys.modules.items()):
-        if not name.startswith(package + ".") or module is None:
+    namespaces = []
+    for cls in list(found):
+        if not cls.__module__.startswith("transformers_modules"):
             continue
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, base) and value.__module__ == name:
+        function = next((v for v in vars(cls).values() if hasattr(v, "__globals__")), None)
+        if function is not None:
+            namespaces.append(function.__globals__)
+        elif cls.__module__ in sys.modules:
+            namespaces.append(vars(sys.modules[cls.__module__]))
+    for namespace in namespaces:
+        for value in list(namespace.values()):
+            if (
+                isinstance(value, type)
+                and issubclass(value, base)
+                and value.__module__.startswith("transformers_modules")
+            ):
                 found.add(value)
     return found
 
