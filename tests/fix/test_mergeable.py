@@ -111,9 +111,10 @@ def test_aliased_v4_helpers_keep_the_names_their_call_sites_use(zoo_folder, comp
     assert check(result, "lint_parity").ok is True, check(result, "lint_parity").detail
     patched = (tmp_path / "fixed" / "modeling_lgv4names.py").read_text()
     # the stand-ins' bodies run only on the prefix-LM path no proof takes: said, in the result and the PR text
-    assert result.unrun and all(place.startswith("modeling_lgv4names.py:") for place in result.unrun)
+    assert any(place.startswith("modeling_lgv4names.py:") for place in result.unrun), result.unrun
     notes = (tmp_path / "fixed" / "LOADGUARD_FIX.md").read_text()
-    assert "- lines of this change no check ran: `modeling_lgv4names.py:" in notes
+    said = next(line for line in notes.splitlines() if line.startswith("- lines of this change no check ran: "))
+    assert "`modeling_lgv4names.py:" in said
     defined = {n.name for n in ast.walk(ast.parse(patched)) if isinstance(n, ast.FunctionDef)}
     assert {"_expand_mask_bloom", "_expand_mask_opt", "_make_causal_mask_opt"} <= defined
     assert "import _expand_mask as _expand_mask_bloom" in patched  # 4.x still takes transformers' own
@@ -348,3 +349,32 @@ def test_a_forward_that_adds_noise_is_seen_as_unsteady():
 
     assert model_outputs(Noisy(), generate=False)["unsteady"] > 0
     assert model_outputs(Steady(), generate=False)["unsteady"] is None
+
+
+@v5_only
+@pytest.mark.parametrize("entry", ["np_buffer", "v4_tied_weights"])
+def test_the_edit_looks_like_the_file(zoo_folder, tmp_path, entry):
+    """Added lines within the file's own width, in its quotes, new absolute imports with its absolute imports, and no
+    comment that names the tool."""
+    from loadguard._codemod.nodes import preferred_quote
+    from loadguard._codemod.write import width_of
+    from loadguard._fix.checks import added_lines
+
+    folder = copied(zoo_folder, entry, tmp_path)
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
+    for name, lines in added_lines(result.diff).items():
+        original = (folder / name).read_text()
+        patched = (tmp_path / "fixed" / name).read_text().split("\n")
+        for number in lines:
+            text = patched[number - 1]
+            assert len(text) <= width_of(original), (name, text)
+            assert "loadguard" not in text, (name, text)
+            other = "'" if preferred_quote(original) == '"' else '"'
+            assert f"{other}lm_head.weight{other}" not in text and f"{other}_is_hf_initialized{other}" not in text
+        tree = ast.parse("\n".join(patched))
+        kinds = [
+            "relative" if isinstance(node, ast.ImportFrom) and node.level else "absolute"
+            for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+        ]
+        assert kinds == sorted(kinds), (name, kinds)  # absolute imports first, then relative ones

@@ -313,7 +313,7 @@ def test_v4_code_in_generate_is_fixed_and_proven_against_the_release_it_was_writ
     assert measured["tokens_patched"] == measured["tokens_original"] and len(measured["tokens_patched"]) == 8
     assert independent_check(out, "v4_generate_hooks") == [] and digest(folder) == before
     code = (out / "modeling_lgv4hooks.py").read_text()
-    assert "_v4__extract_past_from_model_output(self, outputs, standardize_cache_format=" in code
+    assert "_v4_extract_past_from_model_output(self, outputs, standardize_cache_format=" in code
     assert "def _supports_default_dynamic_cache(self):" in code
     assert 'if model_kwargs.get("attention_mask", 0) is None:' in code
     fixed = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()

@@ -87,7 +87,7 @@ def test_the_source_fixes_edit_only_what_needs_them():
         "        self.num_layers = num_layers\n        super().__init__(**kw)\n",
     }
     edited, _ = hooks.source_fix(calling, {"transformers_version": "4.30.2"}, None)
-    assert "_v4__extract_past_from_model_output(self, outputs)" in edited["modeling_x.py"]
+    assert "_v4_extract_past_from_model_output(self, outputs)" in edited["modeling_x.py"]
     edited, _ = layers.source_fix(calling, {"num_layers": 2}, None)
     assert (
         list(edited) == ["modeling_x.py"] and "def _supports_default_dynamic_cache(self):" in edited["modeling_x.py"]

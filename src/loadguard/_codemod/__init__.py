@@ -10,7 +10,16 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "nodes": ("after_docstring", "bound_names", "import_of", "parameters_of", "parse_error"),
+        "nodes": (
+            "after_docstring",
+            "bound_names",
+            "import_of",
+            "parameters_of",
+            "parse_error",
+            "preferred_quote",
+            "requote",
+            "string_literal",
+        ),
         "read": ("Branch", "Refused", "recompute"),
         "write": (
             "accept_keywords",

@@ -64,6 +64,104 @@ def _branch_text(branch: Branch, init_param: str, owner: str = "self") -> str:
     return f"if isinstance({init_param}, {branch.cls}):\n{indented(recompute, '    ')}"
 
 
+def width_of(source: str) -> int:
+    """How wide a file lets its lines be: its widest line, and at least 79 (PEP 8's width)."""
+    return max([79, *(len(line) for line in source.splitlines())])
+
+
+def _top_level_commas(text: str) -> list[int] | None:
+    """Where ``text`` (call arguments) splits at commas outside brackets and strings; None when it does not tokenize."""
+    import io
+    import tokenize
+
+    depth, commas = 0, []
+    offsets = [0]
+    for line in text.splitlines(True):
+        offsets.append(offsets[-1] + len(line))
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type != tokenize.OP:
+                continue
+            if token.string in "([{":
+                depth += 1
+            elif token.string in ")]}":
+                depth -= 1
+            elif token.string == "," and depth == 0:
+                commas.append(offsets[token.start[0] - 1] + token.start[1])
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return commas
+
+
+def _closing(text: str, opening: int) -> int | None:
+    """The index of the bracket that closes ``text[opening]`` (strings skipped by tokenizing what follows)."""
+    import io
+    import tokenize
+
+    depth = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text[opening:]).readline):
+            if token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth -= 1
+                if depth == 0:
+                    return opening + token.start[1] if token.start[0] == 1 else None
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return None
+
+
+def fit(code: str, width: int, indent: int = 0) -> str:
+    """Generated statements within ``width`` columns once indented by ``indent``: a line too wide is broken as black
+    breaks it (a conditional expression over three lines in parentheses, a call's arguments one per line); a line that
+    cannot be broken so stays as it is."""
+    out = []
+    for line in code.split("\n"):
+        out.extend(_fit_line(line, width - indent, 0))
+    return "\n".join(out)
+
+
+def _fit_line(line: str, width: int, depth: int) -> list[str]:
+    if len(line) <= width or depth > 4:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip())]
+    body = line.strip()
+    if body.endswith(",") and depth:  # an argument of the call broken above: broken the same way, its comma kept
+        lines = _fit_line(f"{lead}{body[:-1]}", width, depth)
+        return [*lines[:-1], lines[-1] + ","]
+    try:
+        statement = cst.parse_statement(body + "\n")
+    except cst.ParserSyntaxError:
+        return [line]
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    value = getattr(small, "value", None)
+    if isinstance(small, cst.Assign) and isinstance(value, cst.IfExp):  # x = a if c else b
+        target = body[: body.index("=") + 1]
+        parts = [code_of(value.body), f"if {code_of(value.test)}", f"else {code_of(value.orelse)}"]
+        inner = [piece for part in parts for piece in _fit_line(f"{lead}    {part}", width, depth + 1)]
+        return [f"{lead}{target} (", *inner, f"{lead})"]
+    if not body.endswith(")"):
+        return [line]
+    opening = next(
+        (i for i in range(len(body)) if body[i] == "(" and _closing(body, i) == len(body) - 1), None
+    )  # the call whose arguments end the line
+    if opening is None or opening == 0:
+        return [line]
+    arguments = body[opening + 1 : -1]
+    commas = _top_level_commas(arguments)
+    if commas is None or not arguments.strip():
+        return [line]
+    pieces, start = [], 0
+    for comma in [*commas, len(arguments)]:
+        piece = arguments[start:comma].strip()
+        if piece:
+            pieces.append(piece)
+        start = comma + 1
+    inner = [piece for arg in pieces for piece in _fit_line(f"{lead}    {arg},", width, depth + 1)]
+    return [f"{lead}{body[: opening + 1]}", *inner, f"{lead})"]
+
+
 def init_weights_parameter(source: str, cls_name: str) -> str | None:
     """What ``cls_name``'s own ``_init_weights`` calls its module (None: the class has none)."""
     cls = class_named(cst.parse_module(source), cls_name)
@@ -78,7 +176,7 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
     """``cls_name``'s ``_init_weights`` with ``branches`` first (before any early return); a class without one gets
     ``_init_weights`` calling its parent's, then the branches."""
     tree = cst.parse_module(source)
-    quote = preferred_quote(source)
+    quote, width = preferred_quote(source), width_of(source)
     cls = class_named(tree, cls_name)
     if cls is None:
         raise Refused(f"class {cls_name} is not defined at the top level of its file")
@@ -88,7 +186,10 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
     if function is not None:
         parameter = init_weights_parameter(source, cls_name) or "module"
         owner = (parameters_of(function) or ["self"])[0]
-        blocks = [s for b in branches for s in _block(requote(_branch_text(b, parameter, owner), quote))]
+        at = 2 * len(tree.default_indent)  # a method of a top-level class: its body two levels in
+        blocks = [
+            s for b in branches for s in _block(fit(requote(_branch_text(b, parameter, owner), quote), width, at))
+        ]
         body = list(function.body.body)
         at = after_docstring(body)
         new_function = function.with_changes(body=function.body.with_changes(body=[*body[:at], *blocks, *body[at:]]))
@@ -97,7 +198,8 @@ def add_branches(source: str, cls_name: str, branches: list[Branch]) -> str:
         )
     else:
         text = "def _init_weights(self, module):\n    super()._init_weights(module)\n" + "\n".join(
-            indented(requote(_branch_text(b, "module"), quote)) for b in branches
+            indented(fit(requote(_branch_text(b, "module"), quote), width, 2 * len(tree.default_indent)))
+            for b in branches
         )
         method = _block(text)[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, method]))
@@ -144,21 +246,35 @@ def ensure_imports(source: str, imports: list[str]) -> str:
             bound |= names
     if not wanted:
         return source
+    relative = [w for w in wanted if isinstance(w.body[0], cst.ImportFrom) and w.body[0].relative]
+    plain = [w for w in wanted if w not in relative]
     body = list(tree.body)
-    last = _after_imports(body)
-    return tree.with_changes(body=[*body[:last], *wanted, *body[last:]]).code
+    if relative:
+        last = _after_imports(body)
+        body = [*body[:last], *relative, *body[last:]]
+    if plain:
+        first = _after_imports(body, absolute=True)
+        body = [*body[:first], *plain, *body[first:]]
+    return tree.with_changes(body=body).code
 
 
-def _after_imports(body: list[cst.BaseStatement]) -> int:
-    """Where a new top-level statement goes: after the last top-level import, else after the module's docstring."""
-    return max(
-        (
-            i + 1
-            for i, s in enumerate(body)
-            if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
-        ),
-        default=after_docstring(body),
-    )
+def _after_imports(body: list[cst.BaseStatement], absolute: bool = False) -> int:
+    """Where a new top-level statement goes: after the last top-level import, else after the module's docstring.
+    ``absolute``: a new absolute import, which goes with the file's absolute imports (before its relative ones, as
+    isort and ruff order them)."""
+    imports = [
+        (i, s.body[0])
+        for i, s in enumerate(body)
+        if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
+    ]
+    if absolute:
+        plain = [i for i, node in imports if not (isinstance(node, cst.ImportFrom) and node.relative)]
+        relative = [i for i, node in imports if isinstance(node, cst.ImportFrom) and node.relative]
+        if plain:
+            return plain[-1] + 1
+        if relative:
+            return relative[0]
+    return max((i + 1 for i, _ in imports), default=after_docstring(body))
 
 
 def define_after_imports(source: str, block: str) -> str:

@@ -183,7 +183,7 @@ def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | No
 
 
 POST_INIT_ON_5 = (
-    'if int(transformers.__version__.split(".")[0]) >= 5:  # 5.x needs post_init(); 4.x loaded this without it\n'
+    'if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 needs post_init()\n'
     "    self.post_init()"
 )
 """What an ``__init__`` that never calls ``post_init()`` gets: the call where transformers 5 runs, nothing on 4.x, so
@@ -198,7 +198,15 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
 
     from transformers import PreTrainedModel
 
-    from .._codemod import Refused, append_to_init, class_assignments, ensure_imports, set_class_attribute
+    from .._codemod import (
+        Refused,
+        append_to_init,
+        class_assignments,
+        ensure_imports,
+        preferred_quote,
+        set_class_attribute,
+        string_literal,
+    )
 
     changed = dict(_python(sources))
     done, left = [], []
@@ -223,7 +231,14 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
                 continue
             embeddings = instance.get_input_embeddings()
             source = next(n for n, m in instance.named_modules() if m is embeddings) + ".weight"
-            mapping = "{" + ", ".join(f"{key!r}: {source!r}" for key in ast.literal_eval(value)) + "}"
+            quote = preferred_quote(text)
+            mapping = (
+                "{"
+                + ", ".join(
+                    f"{string_literal(key, quote)}: {string_literal(source, quote)}" for key in ast.literal_eval(value)
+                )
+                + "}"
+            )
             changed[name] = text = set_class_attribute(text, cls, "_tied_weights_keys", mapping)
             mapped.setdefault(source, []).append(cls)
     for source, classes in mapped.items():  # one sentence per target, however many classes tie to it

@@ -20,7 +20,7 @@ from .v4_api import on_new_subclasses
 
 KEPT = (
     'if "use_cache" in {kwargs} and not hasattr(self, "use_cache"):'
-    "  # loadguard: transformers 5 drops it; 4.x kept config.json's use_cache\n"
+    "  # transformers 5 drops it; 4.x kept config.json's use_cache\n"
     '    self.use_cache = {kwargs}["use_cache"]\n'
 )
 _SETS_ITSELF = re.compile(r"self\.use_cache\s*=")

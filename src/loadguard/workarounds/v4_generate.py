@@ -166,9 +166,7 @@ def _method_source() -> str:
 
     text = textwrap.dedent(inspect.getsource(no_cache_without_layers(object)))
     first, rest = text.split("\n", 1)
-    note = (
-        "    # loadguard: its config does not say num_hidden_layers; no default cache, as transformers before 4.36\n"
-    )
+    note = "    # its config does not say num_hidden_layers; no default cache, as transformers before 4.36\n"
     return first + "\n" + note + rest.replace("super(cls, self)", "super()")
 
 
@@ -294,7 +292,7 @@ def mask_restored(hook: str, parameters: list[str]) -> str:
     """The lines a hook begins with to see the mask as 4.x handed it: ``prepare_inputs_for_generation`` an all-ones
     mask over its input ids where generate dropped it, ``_update_model_kwargs_for_generation`` no mask key at all
     (it only ever grew a mask of ones; the next call of the first rebuilds it)."""
-    note = "  # loadguard: transformers 5's generate drops an all-ones attention mask; 4.x handed it over"
+    note = "  # transformers 5's generate drops an all-ones attention mask; 4.x handed it over"
     if hook == "_update_model_kwargs_for_generation":
         kwargs = parameters[2] if len(parameters) > 2 else "model_kwargs"
         return f'if {kwargs}.get("attention_mask", 0) is None:{note}\n    del {kwargs}["attention_mask"]\n'

@@ -119,6 +119,12 @@ def floating_point_ops(self, input_dict, exclude_embeddings: bool = True) -> int
 # call sites rewritten to helpers the file defines
 
 
+def helper_name(name: str) -> str:
+    """What a file calls its stand-in for transformers 4's ``name``: ``_v4_`` and the name, never a double underscore
+    (``_extract_past_from_model_output`` -> ``_v4_extract_past_from_model_output``)."""
+    return "_v4_" + name.lstrip("_")
+
+
 def rewrite_calls(
     sources: dict[str, str], methods: dict[str, str], refuse: tuple[str, ...] = (), static: tuple[str, ...] = ()
 ) -> dict[str, str]:
@@ -154,7 +160,7 @@ def rewrite_calls(
                     return updated
                 used.append(func.attr.value)
                 head = [] if func.attr.value in static else [cst.Arg(func.value)]
-                return updated.with_changes(func=cst.Name(f"_v4_{func.attr.value}"), args=[*head, *updated.args])
+                return updated.with_changes(func=cst.Name(helper_name(func.attr.value)), args=[*head, *updated.args])
 
         new = wrapper.visit(Calls())
         if used:
@@ -168,7 +174,7 @@ def method_helper(name: str, function, calls: dict[str, str], on_class: bool = F
     given) has it, else 4.x's meaning; its docstring is left out (it describes loadguard's copy, not the file's)."""
     lines = inspect.getsource(function).splitlines()
     body = lines[1 + _docstring_lines(function) :]
-    head = lines[0].replace(f"def {function.__name__}(", f"def _v4_{name}(", 1)
+    head = lines[0].replace(f"def {function.__name__}(", f"def {helper_name(name)}(", 1)
     first = next(iter(inspect.signature(function).parameters))
     text = "\n".join(
         [
@@ -180,7 +186,7 @@ def method_helper(name: str, function, calls: dict[str, str], on_class: bool = F
         ]
     )
     for call, attribute in calls.items():
-        text = text.replace(f" {call}(", f" _v4_{attribute}(")
+        text = text.replace(f" {call}(", f" {helper_name(attribute)}(")
     return text + "\n"
 
 
@@ -233,7 +239,9 @@ def model_methods_source_fix(sources: dict[str, str], removed: tuple[str, ...]) 
 
 
 def free_helper(function) -> str:
-    return inspect.getsource(function).replace(f"def {function.__name__}(", f"def _v4_{function.__name__}(", 1)
+    return inspect.getsource(function).replace(
+        f"def {function.__name__}(", f"def {helper_name(function.__name__)}(", 1
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
