@@ -381,10 +381,15 @@ def test_a_recompute_reading_the_default_dtype_runs_under_the_loaded_dtype():
                 self.n = n
                 self.register_buffer("a", torch.arange(n, dtype=torch.float32), persistent=False)
                 self.register_buffer("b", torch.linspace(0, 1, n), persistent=False)
+                self.register_buffer("c", torch.arange(n, dtype=torch.get_default_dtype()), persistent=False)
         """)
     plain = _codemod.recompute(source, 9, "a", "buffer", on_meta=False)
     dtyped = _codemod.recompute(source, 10, "b", "buffer", on_meta=False)
     assert (plain.default_dtype, dtyped.default_dtype) == (False, True)
+    # the default dtype read by name: the loaded tensor's own dtype stands for it, no global state in _init_weights
+    named = _codemod.recompute(source, 11, "c", "buffer", on_meta=False)
+    assert named.default_dtype is False and "torch.arange(module.n, dtype=module.c.dtype)" in named.statements[-1]
+    assert "set_default_dtype" not in _codemod_write._branch_text(named, "module")
     assert "set_default_dtype" not in _codemod_write._branch_text(plain, "module")
     text = _codemod_write._branch_text(dtyped, "module")
     assert "torch.set_default_dtype(self.dtype)" in text and "finally:\n        torch.set_default_dtype(saved" in text

@@ -45,7 +45,7 @@ def compat(compat_cache, monkeypatch):
             "v4_attention_probe", "except AttributeError:  # asked before the submodule exists", marks=pytest.mark.slow
         ),
         # DeepSeek-style YaRN tables made in torch.get_default_dtype() by a helper, loaded in bfloat16
-        ("yarn_rotary_bf16", "torch.set_default_dtype(self.dtype)"),
+        ("yarn_rotary_bf16", "dtype=module.cos_cached.dtype,"),  # the loaded table's dtype, no global state
         # a quantized-cache bound from a local __init__ assigns under an if of the config: the if is replayed (its
         # branch runs as code for three configs in tests/codemod)
         pytest.param("conditional_state", "if module.config.quantize_kv_cache:", marks=pytest.mark.slow),
@@ -69,10 +69,10 @@ def test_a_bfloat16_recompute_without_the_dtype_of_the_load_would_fail_proof_a(z
     from loadguard._codemod import write
 
     original = write._branch_text
-    try:
+    try:  # the recompute as __init__ wrote it, run where the default dtype is float32
         write._branch_text = lambda branch, parameter, owner="self": original(
             type(branch)(*[getattr(branch, f) for f in branch.__dataclass_fields__][:-1], False), parameter, owner
-        )
+        ).replace("dtype=module.cos_cached.dtype", "dtype=torch.get_default_dtype()")
         result = loadguard.fix(zoo_folder("yarn_rotary_bf16"), tmp_path / "fixed", trust_remote_code=True)
     finally:
         write._branch_text = original

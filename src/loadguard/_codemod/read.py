@@ -319,6 +319,12 @@ def recompute(
     statements = [code_of(s.visit(rename)) for s in order]
     value = code_of(expression.visit(rename))
     target = attribute_code(init_param, attribute)  # the name is the model's: data, never code
+    # __init__ ran under the dtype the model is loaded in: the loaded tensor's dtype says it, no global state needed
+    helper_code = [code_of(function)] if helper is not None else []
+    loaded = value.replace("torch.get_default_dtype()", f"{target}.dtype")
+    default_dtype = any(_DEFAULT_DTYPE.search(text) for text in (loaded, *statements, *helper_code))
+    if not default_dtype:
+        value = loaded
     if helper is not None:
         statements.append(value)
     elif kind == "parameter":
@@ -335,7 +341,6 @@ def recompute(
         body = "\n".join(statements)
         statements = [f"if getattr({init_param}, {attribute!r}, None) is not None:\n" + indented(body)]
     position = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)[anchor].start.line
-    read = [expression, *order] + ([function] if helper is not None else [])
     return Branch(
         cls.name.value,
         tuple(statements),
@@ -343,7 +348,7 @@ def recompute(
         tuple(keep),
         (attribute,),
         position,
-        any(_DEFAULT_DTYPE.search(code_of(node)) for node in read),
+        default_dtype,
     )
 
 

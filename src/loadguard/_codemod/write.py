@@ -4,6 +4,8 @@ stays as it was, comments and formatting included."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from .nodes import (
@@ -34,7 +36,10 @@ def merge(branches: list[Branch]) -> list[Branch]:
         if known is None:
             out[branch.cls] = branch
             continue
-        statements = known.statements + tuple(s for s in branch.statements if s not in known.statements)
+        seen = {_same_call(s, known.tensors + branch.tensors) for s in known.statements}
+        statements = known.statements + tuple(
+            s for s in branch.statements if _same_call(s, known.tensors + branch.tensors) not in seen
+        )
         out[branch.cls] = Branch(
             branch.cls,
             statements,
@@ -45,6 +50,13 @@ def merge(branches: list[Branch]) -> list[Branch]:
             known.default_dtype or branch.default_dtype,
         )
     return list(out.values())
+
+
+def _same_call(statement: str, tensors: tuple[str, ...]) -> str:
+    """A statement as merging compares it: one helper call that makes several tensors is one call, whichever of them
+    lent it the dtype of the load (``module.cos_cached.dtype`` or ``module.sin_cached.dtype``)."""
+    names = "|".join(re.escape(name.rpartition(".")[2]) for name in tensors)
+    return re.sub(rf"(?:\.(?:{names})|getattr\(\w+, ['\"](?:{names})['\"]\))\.dtype\b", ".<loaded>.dtype", statement)
 
 
 def _block(text: str) -> list[cst.BaseStatement]:

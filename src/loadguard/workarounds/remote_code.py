@@ -183,8 +183,7 @@ def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | No
 
 
 POST_INIT_ON_5 = (
-    'if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 needs post_init()\n'
-    "    self.post_init()"
+    'if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 needs post_init()\n    self.post_init()'
 )
 """What an ``__init__`` that never calls ``post_init()`` gets: the call where transformers 5 runs, nothing on 4.x, so
 transformers 4 runs exactly the code it loaded before (a new ``post_init()`` there would initialize and tie at
