@@ -12,7 +12,11 @@ For each source folder (its ``*.py`` files and ``config.json``; nothing else is 
 3. on the running transformers, ``loadguard fix --workaround auto`` with the weights, and again without them;
 4. the independent check: a plain ``from_pretrained`` of each fixed copy (the weightless one given the checkpoint),
    leftover memory NaN / INT_MAX through torch's own switches, no workaround, compared tensor by tensor with the truth;
-   then its forward pass and 8 greedy tokens (inputs built from the config) against the original's on that 4.x.
+   then its forward pass and 8 greedy tokens (inputs built from the config) against the original's on that 4.x;
+5. what a maintainer would check before merging, with other tools than loadguard's: ``ruff check --select F`` finds
+   nothing in the patched files the original lacks, the files compile (this Python, and Python 3.10's grammar),
+   ``git apply --check`` and ``patch -p1 --dry-run`` take the diff, and the copy saves (``save_pretrained``) and loads
+   again with plain transformers to the same tensors.
 
 Prints one line per model and writes ``WORKDIR/results.json``. Nothing of the published code is kept in this project:
 the source folders are read where they are.
@@ -167,6 +171,69 @@ print(json.dumps({"loads": True, "wrong": sorted(wrong)[:12], "wrong_count": len
 )
 
 
+SAVES = r"""
+import json, sys, tempfile, torch
+from transformers import AutoModel, AutoModelForCausalLM
+folder, auto = sys.argv[1], sys.argv[2]
+cls = {"AutoModel": AutoModel, "AutoModelForCausalLM": AutoModelForCausalLM}[auto]
+model = cls.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32)
+with tempfile.TemporaryDirectory() as saved:
+    try:
+        model.save_pretrained(saved)
+        again = cls.from_pretrained(saved, trust_remote_code=True, dtype=torch.float32)
+    except Exception as error:
+        print(json.dumps({"saves": False, "error": f"{type(error).__name__}: {str(error)[:200]}"}))
+        sys.exit(0)
+    first = dict(model.named_parameters()) | dict(model.named_buffers())
+    second = dict(again.named_parameters()) | dict(again.named_buffers())
+    differ = [n for n in first if n not in second or not torch.equal(first[n].nan_to_num(), second[n].nan_to_num())]
+print(json.dumps({"saves": not differ, "differ": differ[:8]}))
+"""
+
+
+def mergeable(original: Path, fixed: Path, auto: str, env: dict) -> dict:
+    """What a maintainer checks before merging the copy, with tools other than loadguard's own checks."""
+    import ast
+    import collections
+    import tempfile
+
+    diff = (fixed / "loadguard-fix.diff").read_text() if (fixed / "loadguard-fix.diff").is_file() else ""
+    changed = sorted({line[6:].split("\t")[0] for line in diff.splitlines() if line.startswith("+++ b/")})
+    ruff = str(Path(sys.executable).with_name("ruff"))
+
+    def findings(path: Path) -> collections.Counter:
+        code, out, _ = run(
+            [ruff, "check", "--isolated", "--no-cache", "--select", "F", "--output-format", "json", str(path)]
+        )
+        try:
+            return collections.Counter((f["code"], f["message"]) for f in json.loads(out or "[]"))
+        except ValueError:
+            return collections.Counter()
+
+    new = []
+    compiles = []
+    for name in changed:
+        if not name.endswith(".py"):
+            continue
+        added = findings(fixed / name) - findings(original / name)
+        new += [f"{name}: {code} {message}" for (code, message), count in added.items() for _ in range(count)]
+        text = (fixed / name).read_text()
+        try:
+            compile(text, name, "exec")
+            ast.parse(text, feature_version=(3, 10))
+        except SyntaxError as error:
+            compiles.append(f"{name}:{error.lineno}: {error.msg}")
+    applies = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in changed:
+            shutil.copy(original / name, Path(scratch) / name)
+        for tool in (["git", "apply", "--check", "-"], ["patch", "-p1", "--dry-run", "--batch", "--silent"]):
+            done = subprocess.run(tool, cwd=scratch, input=diff, capture_output=True, text=True)
+            applies[tool[0]] = done.returncode == 0 or (done.stderr or done.stdout).strip()[:200]
+    saves = last_json(run([sys.executable, "-c", SAVES, str(fixed), auto], env)[1])
+    return {"ruff_F_new": new, "compiles": compiles or True, "applies": applies, "saves": saves}
+
+
 def run(command: list[str], env: dict | None = None, timeout: int = 900) -> tuple[int, str, str]:
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     return result.returncode, result.stdout, result.stderr
@@ -290,6 +357,7 @@ def main() -> None:
                         current,
                     )[1]
                 )
+                entry["mergeable"] = mergeable(folder, out_folder, auto, current)
             row[label] = entry
         results.append(row)
         print(json.dumps(row), flush=True)

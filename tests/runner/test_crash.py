@@ -127,7 +127,7 @@ def test_a_crash_says_what_raised_and_what_the_load_left_wrong(capsys, zoo_folde
     assert "the loaded model raised IndexError in positions (LgToyPositions) at modeling_lgtoy.py:" in out
     assert "the reference (built eagerly from code + checkpoint) runs the same call" in out
     assert "positions.index (uninitialized): 64 of 64 values are the integer maximum" in out
-    assert f"Hint: 'loadguard compare {folder} --trust-remote-code --workaround auto --repair'" in err
+    assert f"run: loadguard compare {folder} --trust-remote-code --workaround auto --repair\n" in err
 
     code, out, err = _cli(capsys, "compare", folder, "--trust-remote-code", "--repair")
     assert code == 0 and "agree" in out

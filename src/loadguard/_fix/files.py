@@ -129,9 +129,24 @@ def _dead(pid: int) -> bool:
     return False
 
 
+_CACHED_STAGING = re.compile(r"_loadguard_hyphen_fix_hyphen_(?P<pid>\d+)_hyphen_[0-9a-f]{8}$")
+
+
+def modules_cache() -> Path:
+    """Where transformers copies remote code (``HF_MODULES_CACHE``), found as transformers finds it, without importing
+    transformers (the ``loadguard`` process never does)."""
+    if os.environ.get("HF_MODULES_CACHE"):
+        return Path(os.environ["HF_MODULES_CACHE"])
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "modules"
+
+
 def remove_stale(parent: Path) -> list[str]:
-    """Staging folders in ``parent`` that a run killed before it could clean up (``SIGKILL``, a second ``SIGTERM``)
-    left behind: those whose process is gone are removed; their names."""
+    """What a run killed before it could clean up (``SIGKILL``, a timeout, a memory limit, a second ``SIGTERM``) left
+    behind, removed when its process is gone: its staging folders in ``parent``, and the copies of their code
+    transformers kept in its modules cache (``transformers_modules/..._loadguard_hyphen_fix_hyphen_<pid>_...``); their
+    names."""
     removed = []
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
@@ -139,6 +154,14 @@ def remove_stale(parent: Path) -> list[str]:
             if match and int(match["pid"]) != os.getpid() and _dead(int(match["pid"])) and not entry.is_symlink():
                 with contextlib.suppress(OSError):  # one that cannot be removed does not stop this run
                     remove_tree(parent, entry, "a staging folder a killed run left")
+                    removed.append(entry.name)
+    modules = modules_cache() / "transformers_modules"
+    with contextlib.suppress(OSError):
+        for entry in modules.iterdir():
+            match = _CACHED_STAGING.search(entry.name)
+            if match and int(match["pid"]) != os.getpid() and _dead(int(match["pid"])) and not entry.is_symlink():
+                with contextlib.suppress(OSError):
+                    remove_tree(modules, entry, "the modules cache copy of a staging folder a killed run left")
                     removed.append(entry.name)
     return removed
 

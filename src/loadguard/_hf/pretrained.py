@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,9 +249,15 @@ def translate(
         )
     backend = re.search(r"`pip install ([^`]+)`", text)
     if isinstance(error, ImportError) and backend and "quantiz" in text.lower():
+        names = plain_packages(backend.group(1))
+        install = (
+            shlex.join(["pip", "install", *names])
+            if names
+            else "install the backend its message names (read it: it is not repeated here as a command)"
+        )
         return LoadguardError(
             f"loading {path} needs a quantization backend that is not installed ({text})",
-            f"pip install {backend.group(1)}; or predict the load without it: loadguard scan (no weight is read, no backend needed)",
+            f"{install}; or predict the load without it: loadguard scan (no weight is read, no backend needed)",
         )
     if isinstance(error, ValueError) and 'attn_implementation="eager"' in str(error):  # transformers' own refusal
         return EagerAttentionNeededError(
@@ -301,6 +308,21 @@ def translate(
         f"from_pretrained failed on {path}: {type(error).__name__}: {text}",
         "set LOADGUARD_DEBUG=1 to see the traceback",
     )
+
+
+_PACKAGE = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?(?:(?:==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!]+)?$"
+)
+
+
+def plain_packages(text: str) -> list[str] | None:
+    """The distributions a message asks to install, when it names nothing but plain requirements (``bitsandbytes``,
+    ``auto-gptq>=0.4``); None when it holds anything else (shell text, a URL, an option): a hint never repeats that as a
+    command."""
+    words = text.split()
+    if not words or not all(_PACKAGE.match(word) for word in words):
+        return None
+    return words
 
 
 def name_workarounds(error: LoadguardError, matched: list[str], active: tuple[str, ...] = ()) -> LoadguardError:

@@ -10,10 +10,11 @@ from ..errors import LoadguardError
 
 
 def cache_root() -> Path:
-    """``$LOADGUARD_CACHE``, else ``$XDG_CACHE_HOME/loadguard``, else ``~/.cache/loadguard``."""
+    """``$LOADGUARD_CACHE``, else ``$XDG_CACHE_HOME/loadguard``, else ``~/.cache/loadguard``; resolved (a home cache
+    that is a link, common on clusters, is where the link leads: every path below it is compared in that form)."""
     if os.environ.get("LOADGUARD_CACHE"):
-        return Path(os.environ["LOADGUARD_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loadguard"
+        return Path(os.environ["LOADGUARD_CACHE"]).expanduser().resolve()
+    return (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loadguard").resolve()
 
 
 def cache_folder(*parts: str) -> Path:

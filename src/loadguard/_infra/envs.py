@@ -13,6 +13,7 @@ A version that cannot be installed here (a dependency with no wheel for this Pyt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -23,18 +24,20 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InvalidOptionError, LoadguardError
-from . import procs
+from . import procs, settings
 from .cache import cache_folder, cache_root
 from .paths import inside, remove_tree, write_atomically
+from .sizes import parse_size
 
 RECIPE_VERSION = 3
 
@@ -185,30 +188,113 @@ def _folder(version: str, recipe: dict) -> Path:
     )
 
 
+STAMP = ".loadguard-env.json"
+USED = ".loadguard-last-used"
+
+
 def environment(version: str, *, rebuild: bool = False) -> Environment:
-    """The environment for ``transformers==version``: reused from the cache, else created (under a lock per
-    environment, built in a temporary folder and renamed into place)."""
+    """The environment for ``transformers==version``: reused from the cache once it is seen to be whole (it holds that
+    transformers and the torch it links), else created (under a lock per environment, built in a temporary folder
+    and renamed into place only once it imports: a failed build leaves nothing a later run would trust). A moved or
+    damaged environment is rebuilt once; the cache's size cap (``[tool.loadguard] cache-limit``) is kept afterwards."""
 
     version = release(version)
     recipe = _recipe(version)
     folder = _folder(version, recipe)
     cache_folder(*folder.parent.relative_to(cache_root()).parts)  # one line when the cache is not a writable folder
-    with FileLock(str(folder) + ".lock"):
-        stamp = folder / ".loadguard-env.json"
-        if not rebuild and stamp.is_file():
-            try:
-                recorded = json.loads(stamp.read_text())
-            except ValueError:
-                recorded = {}
-            if recorded.get("recipe_data") == recipe and (folder / "bin" / "python").exists():
-                if recorded.get("ok"):
-                    return Environment(version, folder, True)
-                return Environment(version, folder, False, recorded.get("reason", "could not be installed"))
-        return _create(version, folder, recipe, stamp)
+    with _held(folder, version):
+        stamp = folder / STAMP
+        recorded = {} if rebuild else _read_stamp(stamp)
+        damaged = ""
+        if recorded.get("recipe_data") == recipe and recorded.get("ok"):
+            damaged = _damaged(folder, version)
+            if not damaged:
+                _touch(folder)
+                return Environment(version, folder, True)
+        made = _create(version, folder, recipe, stamp)
+        if damaged and made.ok:
+            made = Environment(
+                version, folder, True, f"rebuilt: the cached one was {damaged}", made.created, made.seconds
+            )
+    if made.ok:
+        keep_under_limit(keep=folder)
+    return made
+
+
+def _read_stamp(stamp: Path) -> dict:
+    try:
+        return json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _touch(folder: Path) -> None:
+    """When an environment was last used (what the cache's least-recently-used eviction goes by)."""
+    try:
+        (folder / USED).write_text(str(time.time()))
+    except OSError:
+        pass
+
+
+def _site_packages(folder: Path) -> Path | None:
+    return next(iter(sorted(folder.glob("lib/python*/site-packages"))), None)
+
+
+def _damaged(folder: Path, version: str) -> str:
+    """What is wrong with a cached environment whose build once succeeded ("" when nothing): its Python, its
+    transformers at the version its name says, the torch it links, and the paths of its ``.pth`` (a moved cache)."""
+    python = folder / "bin" / "python"
+    if not python.exists():
+        return f"without its Python ({python})"
+    site = _site_packages(folder)
+    metadata = sorted(site.glob("transformers-*.dist-info/METADATA")) if site is not None else []
+    versions = [
+        line.split(":", 1)[1].strip()
+        for file in metadata
+        for line in file.read_text(errors="replace").splitlines()
+        if line.startswith("Version:")
+    ]
+    if versions != [version]:
+        return f"holding transformers {', '.join(versions) or 'none'}, not {version}"
+    if not (folder / "shared-torch" / "torch" / "__init__.py").exists():
+        return "without the torch it links (moved or removed)"
+    pth = site / "zz_loadguard_shared.pth" if site is not None else None
+    lines = pth.read_text().split() if pth is not None and pth.is_file() else []
+    if not lines or not all(Path(line).exists() for line in lines):
+        return "pointing at paths that are gone (the cache was moved)"
+    return ""
+
+
+@contextlib.contextmanager
+def _held(folder: Path, version: str, patience: float = 5.0) -> Iterator[None]:
+    """The environment's lock; a process that waits for it past ``patience`` seconds says for what, and for whom
+    (another loadguard building the same environment), once, on stderr."""
+    lock = FileLock(str(folder) + ".lock")
+    owner = Path(str(folder) + ".lock.owner")
+    try:
+        lock.acquire(timeout=patience)
+    except Timeout:
+        holder = owner.read_text().strip() if owner.is_file() else "?"
+        sys.stderr.write(
+            f"loadguard: waiting for another loadguard process (pid {holder}) building the transformers {version} "
+            f"environment in {folder}\n"
+        )
+        sys.stderr.flush()
+        lock.acquire()
+    try:
+        with contextlib.suppress(OSError):
+            owner.write_text(str(os.getpid()))
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            owner.unlink()
+        lock.release()
 
 
 def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environment:
-    """Build into a temporary folder beside ``folder``, then put it in place (under the environment's lock)."""
+    """Build into a temporary folder beside ``folder`` and check that it imports there, then put it in place (under
+    the environment's lock). A build that fails leaves nothing behind: no folder, no record, so the next run (online
+    again, say) builds it afresh."""
 
     start = time.perf_counter()
     root = cache_root() / "envs"
@@ -248,36 +334,146 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
                 **procs.subprocess_options(),
             ).stdout.strip()
             _link_shared(building / "shared-torch")
-            Path(site, "zz_loadguard_shared.pth").write_text(
-                "\n".join(_shared_paths(folder)) + "\n"
-            )  # the final place
-        remove_tree(
-            root, folder, "an environment folder"
-        )  # a broken or rebuilt one of this very recipe, under its lock
-        building.rename(folder)
+            # checked where it is built (its .pth names the building folder), then pointed at its final place
+            Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(building)) + "\n")
+            reason = _imports(building, version)
+            Path(site, "zz_loadguard_shared.pth").write_text("\n".join(_shared_paths(folder)) + "\n")
+        if not reason:
+            remove_tree(
+                root, folder, "an environment folder"
+            )  # a broken or rebuilt one of this recipe, under its lock
+            building.rename(folder)
     finally:
         remove_tree(root, building, "an environment being built")
-    if not reason:
-        probe = subprocess.run(
-            [
-                str(folder / "bin" / "python"),
-                "-c",
-                "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            **procs.subprocess_options(),
-        )
-        if probe.returncode != 0:
-            reason = f"installed, but does not import: {_last_line(probe.stderr)}"
-        elif probe.stdout.strip() != version:
-            reason = f"the environment imports transformers {probe.stdout.strip()}, not {version}"
     seconds = time.perf_counter() - start
+    if reason:
+        with contextlib.suppress(OSError):
+            stamp.unlink()
+        remove_tree(root, folder, "an environment folder")  # nothing half-made stays to be trusted later
+        return Environment(version, folder, False, reason, created=False, seconds=seconds)
     write_atomically(
-        stamp, json.dumps({"recipe_data": recipe, "ok": not reason, "reason": reason, "seconds": seconds}, indent=2)
+        stamp, json.dumps({"recipe_data": recipe, "ok": True, "reason": "", "seconds": seconds}, indent=2)
     )
-    return Environment(version, folder, not reason, reason, created=True, seconds=seconds)
+    _touch(folder)
+    return Environment(version, folder, True, "", created=True, seconds=seconds)
+
+
+def _imports(folder: Path, version: str) -> str:
+    """Why the environment in ``folder`` does not import torch, transformers and loadguard at ``version`` ("": it
+    does)."""
+    probe = subprocess.run(
+        [
+            str(folder / "bin" / "python"),
+            "-c",
+            "import torch, transformers, loadguard; from transformers import PreTrainedModel; print(transformers.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **procs.subprocess_options(),
+    )
+    if probe.returncode != 0:
+        return f"installed, but does not import: {_last_line(probe.stderr)}"
+    if probe.stdout.strip() != version:
+        return f"the environment imports transformers {probe.stdout.strip()}, not {version}"
+    return ""
+
+
+@dataclass(frozen=True)
+class Cached:
+    """One environment in the cache: what ``loadguard cache list`` shows."""
+
+    transformers: str
+    folder: Path
+    size: int
+    last_used: float
+    ok: bool
+
+    def to_dict(self) -> dict:
+        return {
+            "transformers": self.transformers,
+            "folder": str(self.folder),
+            "bytes": self.size,
+            "last_used": self.last_used or None,
+            "ok": self.ok,
+        }
+
+
+def _size(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):  # links (the shared torch) are counted as links, never followed
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def cached() -> list[Cached]:
+    """Every environment in the cache, least recently used first."""
+    root = cache_root() / "envs"
+    found = []
+    for folder in sorted(root.glob("*/transformers-*")) if root.is_dir() else []:
+        if not folder.is_dir() or folder.name.startswith("."):
+            continue
+        recorded = _read_stamp(folder / STAMP)
+        try:
+            used = float((folder / USED).read_text())
+        except (OSError, ValueError):
+            used = folder.stat().st_mtime
+        version = folder.name.removeprefix("transformers-").rpartition("-")[0]
+        found.append(Cached(version, folder, _size(folder), used, bool(recorded.get("ok"))))
+    return sorted(found, key=lambda c: c.last_used)
+
+
+def remove(entry: Cached) -> bool:
+    """Remove one cached environment (and its lock and records), unless another process holds it now: then False."""
+    lock = FileLock(str(entry.folder) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    try:
+        remove_tree(cache_root() / "envs", entry.folder, "a cached environment")
+        with contextlib.suppress(OSError):
+            Path(f"{entry.folder}.override.txt").unlink()
+    finally:
+        lock.release()
+    with contextlib.suppress(OSError):
+        Path(f"{entry.folder}.lock").unlink()
+    return True
+
+
+def limit() -> int | None:
+    """The cache's size cap in bytes: ``$LOADGUARD_CACHE_LIMIT``, else ``[tool.loadguard] cache-limit``; None: none."""
+    text = os.environ.get("LOADGUARD_CACHE_LIMIT")
+    if not text:
+        try:
+            text = settings.load().get("cache-limit")
+        except LoadguardError:
+            text = None
+    if not text or str(text).strip().lower() in ("none", "0"):
+        return None
+    return parse_size(str(text))
+
+
+def keep_under_limit(keep: Path | None = None) -> list[Cached]:
+    """Least recently used environments removed until the cache holds at most :func:`limit` bytes (``keep``, the one
+    just used, and any another process holds, stay); those removed."""
+    cap = limit()
+    if cap is None:
+        return []
+    entries = cached()
+    total = sum(e.size for e in entries)
+    removed = []
+    for entry in entries:
+        if total <= cap:
+            break
+        if keep is not None and entry.folder == Path(keep).resolve():
+            continue
+        if remove(entry):
+            total -= entry.size
+            removed.append(entry)
+    return removed
 
 
 def _last_line(text: str) -> str:

@@ -124,15 +124,43 @@ def held_at_most(pid: int | str = "self") -> int | None:
     return _kilobytes(f"/proc/{pid}/status", (b"VmRSS", b"VmSwap"))
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (its children, theirs, ...), from /proc's ``children`` lists; empty where they
+    cannot be read."""
+    found, pending = [], [pid]
+    while pending:
+        parent = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as listing:
+                    children = [int(c) for c in listing.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            pending += children
+    return found
+
+
+def _summed(read: Callable[[int], int | None], pids: list[int]) -> int | None:
+    values = [read(p) for p in pids]
+    return None if values[0] is None else sum(v for v in values if v is not None)
+
+
 def _added_past(limit: int) -> Callable[[int], int | None]:
-    """:func:`added` for a child, read only when the cheap bound (:func:`held_at_most`) says it may be over ``limit``
-    (below it, the bound itself is returned: over nothing)."""
+    """:func:`added` for a child and every process below it (a fresh interpreter it started, proof (b) of ``fix`` under
+    transformers 4, counts against the same limit), read only when the cheap bound (:func:`held_at_most`) says they may
+    be over ``limit`` (below it, the bound itself is returned: over nothing)."""
 
     def grown(pid: int) -> int | None:
-        bound = held_at_most(pid)
+        tree = [pid, *descendants(pid)]
+        bound = _summed(held_at_most, tree)
         if bound is not None and bound <= limit:
             return bound
-        return added(pid)
+        return _summed(added, tree)
 
     return grown
 
@@ -246,7 +274,11 @@ def run(
     private = added() is not None
     baseline = 0 if private else resident() if memory_limit else None
     watch_memory = bool(memory_limit) and baseline is not None
-    grown_by = _added_past(memory_limit) if private and memory_limit else resident
+    grown_by = (
+        _added_past(memory_limit)
+        if private and memory_limit
+        else lambda pid: _summed(resident, [pid, *descendants(pid)])
+    )
     lifeline = os.pipe()  # the children see EOF on it when this process is gone, however it ended
     os.set_inheritable(lifeline[0], False)
     os.set_inheritable(lifeline[1], False)

@@ -33,8 +33,14 @@ KEYS: dict[str, tuple[type, Any, str]] = {
         '("auto" or a list of names)',
     ),
     "baseline": (str, None, "--baseline FILE of audit and scan"),
-    "timeout": (float, None, "--timeout of every command that runs model code (scan, matrix: 900 s when unset)"),
+    "timeout": (float, None, "--timeout of every command that runs model code (scan, matrix, fix: 900 s when unset)"),
     "memory-limit": (str, None, "--memory-limit of every command that runs model code"),
+    "cache-limit": (
+        str,
+        None,
+        "the most the environments of other transformers releases may take in loadguard's cache (least recently used "
+        "removed first; `loadguard cache` lists and removes them)",
+    ),
     "jobs": (int, 1, "--jobs of scan and matrix"),
     "color": (str, "auto", "--color: auto, always or never"),
     "plugin": (str, "off", "the pytest plugin's mode when --loadguard is not given: off, warn, fail or repair"),
@@ -45,7 +51,13 @@ KEYS: dict[str, tuple[type, Any, str]] = {
     ),
 }
 MAX_JOBS = 256  # as --jobs takes
-EXAMPLES = {"timeout": 600.0, "memory-limit": "8GB", "baseline": "loadguard-baseline.json", "workarounds": ["auto"]}
+EXAMPLES = {
+    "timeout": 600.0,
+    "memory-limit": "8GB",
+    "cache-limit": "10GB",
+    "baseline": "loadguard-baseline.json",
+    "workarounds": ["auto"],
+}
 CHOICES = {
     "color": ("auto", "always", "never"),
     "plugin": ("off", "warn", "fail", "repair"),
@@ -132,6 +144,8 @@ def _check(key: str, value: Any) -> str | None:
         return f"is not a {'string' if kind is str else 'true/false' if kind is bool else kind.__name__}"
     if key == "memory-limit" and str(value).strip().lower() not in ("auto", "none") and parse_size(str(value)) is None:
         return 'is not a size (e.g. "8GB", "2G", "2GiB", "2048M", "auto", "none")'
+    if key == "cache-limit" and str(value).strip().lower() != "none" and parse_size(str(value)) is None:
+        return 'is not a size (e.g. "10GB", "none")'
     if key == "baseline" and not value.strip():
         return "is empty (a file name)"
     if key in CHOICES and value not in CHOICES[key]:
@@ -161,7 +175,7 @@ def load(start: str | Path | None = None) -> Settings:
             )
         if KEYS[key][0] is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if key == "memory-limit" and isinstance(value, int) and not isinstance(value, bool):
+        if key in ("memory-limit", "cache-limit") and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         if key == "workarounds" and isinstance(value, str):  # workarounds = "auto" means ["auto"], as everywhere
             value = [value]

@@ -26,6 +26,7 @@ class _LazyGroup(SuggestingGroup):
 
     _commands = {
         "audit": ("audit", "audit"),
+        "cache": ("cache", "cache"),
         "compare": ("compare", "compare"),
         "config": ("config", "config"),
         "trace": ("trace", "trace"),

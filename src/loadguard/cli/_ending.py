@@ -47,7 +47,7 @@ def said(error: Exception, debug: bool) -> int:
     elif isinstance(error, click.ClickException):
         stderr().print(styled("[bold red]Error:[/] {}", error.format_message()), highlight=False)
         command = error.ctx.command_path if getattr(error, "ctx", None) else "loadguard"
-        stderr().print(styled("[bold]Hint:[/] run '{} --help' for the options", command), highlight=False)
+        stderr().print(styled("[bold]Hint:[/] for the options, run: {} --help", command), highlight=False)
     else:  # never a bare traceback
         stderr().print(styled("[bold red]Error:[/] unexpected {}: {}", type(error).__name__, error), highlight=False)
         stderr().print(

@@ -31,7 +31,8 @@ def reference_runner(path: str, runner, *, auto_class, trust_remote_code: bool, 
     except Exception as error:
         raise ReferenceBuildError(
             f"could not build the reference of {path} eagerly ({type(error).__name__}: {error})",
-            f"'{command_line('audit', path, trust_remote_code=trust_remote_code, workarounds=applied)}' checks the load without a reference",
+            "to check the load without a reference, run: "
+            + command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=applied),
         ) from error
     runner_stage = [w.name for w in registry.resolve(workarounds) if w.stage == "runner"]
     return HfRunner.from_model(twin, runner.processor, runner.tokenizer, workarounds=runner_stage)
@@ -52,11 +53,11 @@ def attribute_crash(path: str, model, crash, reference_crash, *, trust_remote_co
             "its code calls what this transformers removed when it runs, after the load (--workaround auto answers "
             f"failures met while loading): run again with {' '.join(f'--workaround {name}' for name in fixes)}"
             if fixes
-            else f"workaround {', '.join(reference_crash.fixes)} gives it back only while the model loads; '{fix_line}' "
-            "writes the change its code needs to run on this transformers"
+            else f"workaround {', '.join(reference_crash.fixes)} gives it back only while the model loads; the change "
+            f"its code needs to run on this transformers is written by: {fix_line}"
             if reference_crash.fixes
-            else f"check the prompt and images (--prompt, --image); '{command_line('audit', path, trust_remote_code=trust_remote_code, workarounds=workarounds)}' "
-            "checks the load without running the model"
+            else "check the prompt and images (--prompt, --image); to check the load without running the model, run: "
+            + command_line("audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds)
         )
         raise ModelRunError(
             f"{path} raises {reference_crash.describe()} also when built eagerly from its code and checkpoint: "

@@ -141,14 +141,48 @@ def audit(
 
 
 def _with_run(model, held, report):
-    """``report`` with the ``runs`` check of the model as ``held`` describes it (as loaded, or repaired)."""
-    from ..runner import check_run
-
-    ran = check_run(model, held, how="cli")
+    """``report`` with the ``runs`` check of the model as ``held`` describes it (as loaded, or repaired). The run happens
+    in a child forked for it where the model lives on the CPU: a forward that kills its process (a segfault in a
+    kernel the model's code calls) is then a finding beside what the load checks found, never the end of the audit."""
+    ran = _run_contained(model, held)
     if held is report:  # the model as loaded: its findings as the run saw them (a tensor it rebuilt before use)
         return ran
     added = tuple(f for f in ran.findings if f.check == Check.RUNS)
     return dataclasses.replace(report, findings=report.findings + added, checks=report.checks + ran.checks[-1:])
+
+
+def _run_contained(model, held):
+    """:func:`loadguard.runner.check_run` in a child forked for it (one thread: this process has run torch's thread
+    pool), or here where a fork cannot carry the model (no ``os.fork``, a model on a GPU); a child that dies gives a
+    ``crashed`` finding naming how it died."""
+    from .._infra import forks
+    from ..report import CheckSummary, Finding, Status
+    from ..runner import check_run
+
+    on_cpu = all(t.device.type in ("cpu", "meta") for t in (*model.parameters(), *model.buffers()))
+    if not forks.available() or not on_cpu:
+        return check_run(model, held, how="cli")
+    unpicklable = dataclasses.replace(held, _context=None)
+    (outcome,) = forks.run(
+        lambda _: dataclasses.replace(check_run(model, unpicklable, how="cli"), _context=None), [None]
+    )
+    if outcome.ok:
+        return outcome.value
+    died = Finding(
+        "forward",
+        "call",
+        Check.RUNS,
+        Status.CRASHED,
+        "",
+        (),
+        "",
+        f"running the model (one forward pass, then 8 greedy tokens) ended its process: {outcome.error}; the load "
+        "checks above ran before it",
+    )
+    summary = CheckSummary(
+        Check.RUNS, True, checked=1, failed=1, reason=f"the run ended its process ({outcome.error})"
+    )
+    return dataclasses.replace(held, findings=(*held.findings, died), checks=(*held.checks, summary))
 
 
 def repair_exit(clean: bool, repaired_clean: bool, strict: bool) -> ExitCode:

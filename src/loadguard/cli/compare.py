@@ -117,9 +117,9 @@ def compare(
             audit_line = command_line(
                 "audit", path, trust_remote_code=trust_remote_code, workarounds=workarounds, extra=("--repair",)
             )
-            hint = f"the repair did not fix it: '{audit_line}' says what it could not repair"
+            hint = f"the repair did not fix it; what it could not repair is said by: {audit_line}"
         else:
-            hint = f"'{next_step}' repairs those tensors in memory and compares again"
+            hint = f"to repair those tensors in memory and compare again, run: {next_step}"
         fields = {"model": str(path), "ok": False, "prompts": prompt_list, "next": next_step}
         write(fmt, Crashed("compare", str(path), type(model).__name__, broken, fields, hint))
         return ExitCode.FINDINGS
@@ -242,6 +242,6 @@ class _Compared:
             )
         if self.repaired is None:
             err.print(
-                styled("[bold]Hint:[/] '{}' repairs them in memory and compares again", self.next_step),
+                styled("[bold]Hint:[/] to repair them in memory and compare again, run: {}", self.next_step),
                 highlight=False,
             )

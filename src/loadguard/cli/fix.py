@@ -18,6 +18,9 @@ from ._limits import did_not_finish, memory_limit, memory_limit_option
 from ._options import executor_option, format_option, workaround_option, workarounds_from_option
 from ._output import write
 
+DEFAULT_TIMEOUT = 900.0
+"""Seconds one model's fix may take when ``--timeout`` is not given: a ``generate`` that never ends ends here."""
+
 
 @click.command()
 @click.argument("paths", nargs=-1, metavar="[MODEL]...")
@@ -83,8 +86,9 @@ from ._output import write
     type=click.FloatRange(1, None),
     default=None,
     metavar="SECONDS",
-    help="Seconds one model's fix may take, its proofs included; past it, its child process and everything it started "
-    "is stopped and the model's row (one model: the error) says so. Default: none.",
+    help=f"Seconds one model's fix may take, its proofs included (default: {DEFAULT_TIMEOUT:g}, as scan and matrix); "
+    "past it, its child process and everything it started is stopped and the model's row (one model: the error) says "
+    "so.",
 )
 @memory_limit_option(
     "Memory one model's fix may add (e.g. 8GB); auto: 80% of this machine's memory shared among --jobs in a "
@@ -127,6 +131,7 @@ def fix(
     from .scan import model_targets
 
     targets = model_targets(paths, from_file)
+    asked_timeout, timeout = timeout, timeout if timeout is not None else DEFAULT_TIMEOUT  # a generate that never ends
     chosen = list(workarounds)  # the rule of every command: auto unless told (--workaround none: nothing)
 
     def _item(target: str, into: str) -> tuple:  # what one model's child is given (_fix_item unpacks it)
@@ -141,7 +146,7 @@ def fix(
             raise refused
         item = _item(targets[0], str(out))
         if not forks.available():  # no fork here (not Linux/macOS): in this process, no limit holds
-            if timeout is not None or limit is not None:
+            if asked_timeout is not None or limit is not None:
                 raise InvalidOptionError(
                     "--timeout and --memory-limit need os.fork, which this system lacks", "leave them out"
                 )
@@ -343,6 +348,12 @@ class _Fixed:
 
 
 def _print_one(result, out, err) -> None:
+    if isinstance(result, _Failed):  # a list of one model that could not run: its row, as a fleet says it
+        out.print(styled("{}: {}", result.model, Markup("[bold red]could not run[/]")), highlight=False)
+        out.print(f"  {result.message}", highlight=False)
+        if result.hint:
+            err.print(f"Hint: {result.hint}", highlight=False)
+        return
 
     headline = {
         FixStatus.FIXED: "[bold green]fixed[/]",

@@ -102,7 +102,7 @@ def trace(
                 type(runner.model).__name__,
                 broken,
                 fields,
-                f"'{repair_line}' shows whether those tensors can be repaired in memory",
+                f"whether those tensors can be repaired in memory is shown by: {repair_line}",
             ),
         )
         return ExitCode.FINDINGS
