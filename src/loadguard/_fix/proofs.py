@@ -248,26 +248,34 @@ def _proven(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
     try:
         if weightless:
             document = scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
+            if taken:  # before the save: a load of what it wrote registers its classes, which a build here would take
+                document["outputs"] = _synthetic_outputs(folder, class_name)
             document["saves"] = _synthetic_saves(folder, class_name, auto_class)
-            return {**document, "outputs": _synthetic_outputs(folder, class_name)} if taken else document
+            return document
         with init_weights_calls() as called:
             model, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
     except LoadguardError as error:
         return {"error": error.message}
     ran = sorted(name for name, module in model.named_modules() if id(module) in called)
     report = audit(model)
-    saves = saves_and_reloads(model, auto_class, {f.tensor for f in report.failures})
+    still_wrong = {f.tensor for f in report.failures}
     if not taken:
-        return {**report.to_dict(), "init_weights_ran": ran, "saves": saves}
+        return {
+            **report.to_dict(),
+            "init_weights_ran": ran,
+            "saves": saves_and_reloads(model, auto_class, still_wrong),
+        }
     ids = tokenized(folder)  # the model's own tokenizer, when it has one (ChatGLM's prompt needs its gMASK token)
     # proof (c) runs the copy as a user would once they did what the plan left for a person: its refused tensors set
     # to what the code computes (in memory, here only), so the outputs compare the change, not the known gap
     set_by_hand = [f.tensor for f in report.failures] if report.failures and repair(model, report).ok else []
+    outputs = {**run_outputs(model, fixes=fixes_for, ids=ids), "set_by_hand": set_by_hand, "ids": ids}
+    # the save last: loading what it wrote registers its classes with the auto classes
     return {
         **report.to_dict(),
         "init_weights_ran": ran,
-        "saves": saves,
-        "outputs": {**run_outputs(model, fixes=fixes_for, ids=ids), "set_by_hand": set_by_hand, "ids": ids},
+        "saves": saves_and_reloads(model, auto_class, still_wrong),
+        "outputs": outputs,
     }
 
 
