@@ -152,7 +152,6 @@ def test_a_wrong_hint_is_caught():
     assert "verify" not in COMMANDS
 
 
-QUOTED = re.compile(r"'(loadguard [^']+)'")
 
 
 @pytest.fixture
@@ -177,12 +176,12 @@ def cli_run(capsys):
             ["audit"],
             0,
         ),  # audit's hint: run again with --repair: every finding repaired, the re-audit clean
-        ("np_buffer", ["compare"], 0),  # compare's hint: 'loadguard compare ... --repair'
+        ("np_buffer", ["compare"], 0),  # compare's hint: ... run: loadguard compare ... --repair
         (
             "tensor_attribute",
             ["trace"],
             0,
-        ),  # trace's hint: 'loadguard audit ... --repair': repaired, the re-audit clean
+        ),  # trace's hint: ... shown by: loadguard audit ... --repair: repaired, the re-audit clean
         ("v4_attn_mask", ["audit"], None),  # a failing import: its hint names --workaround NAME
     ],
 )
@@ -190,9 +189,8 @@ def test_printed_hints_run_as_printed(cli_run, zoo_folder, name, command, expect
     folder = str(zoo_folder(name))
     code, out, err = cli_run(*command, folder, "--trust-remote-code")
     hint = next(line for line in err.splitlines() if line.startswith("Hint:"))
-    quoted = QUOTED.findall(hint)
-    if quoted:
-        words = shlex.split(quoted[0])[1:]
+    if "run: loadguard " in hint or ": loadguard " in hint:  # the command ends the hint, one shlex.join, unquoted
+        words = shlex.split(hint.split(": loadguard ", 1)[1])
     elif "run again with" in hint:  # '... run again with --repair' / '--workaround NAME (or --workaround auto)'
         flags = hint.split("run again with", 1)[1].split(" (or ")[0].split(" to ")[0]
         words = [*command, folder, "--trust-remote-code", *shlex.split(flags)]

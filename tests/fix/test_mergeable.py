@@ -193,7 +193,7 @@ def test_a_buffer_name_that_is_not_an_identifier_is_data_never_code(zoo_folder, 
         if isinstance(node, ast.Name):
             assert node.id != name
     if result.status == "fixed":
-        from loadguard._codemod.nodes import string_literal
+        from loadguard._codemod import string_literal
 
         assert any(f"getattr(module, {string_literal(name, q)})" in patched for q in "'\"")
     else:
@@ -356,9 +356,9 @@ def test_a_forward_that_adds_noise_is_seen_as_unsteady():
 def test_the_edit_looks_like_the_file(zoo_folder, tmp_path, entry):
     """Added lines within the file's own width, in its quotes, new absolute imports with its absolute imports, and no
     comment that names the tool."""
-    from loadguard._codemod.nodes import preferred_quote
-    from loadguard._codemod.write import width_of
-    from loadguard._fix.checks import added_lines
+    from loadguard._codemod import preferred_quote
+    from loadguard._codemod import width_of
+    from loadguard._fix.coverage import added_lines
 
     folder = copied(zoo_folder, entry, tmp_path)
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)

@@ -38,6 +38,8 @@ def _result(name: str, text: str, diff: str) -> FixResult:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTILE, HOSTILE, st.lists(HOSTILE, max_size=5))
 def test_the_pull_request_text_renders_only_what_loadguard_wrote(name, text, code_lines):
+    # each of the model's lines one line of the diff (a diff line never holds a newline: it is where lines split)
+    code_lines = [line.replace("\n", " ") for line in code_lines]
     diff = "\n".join(["--- a/m.py", "+++ b/m.py", "@@ -1 +1 @@", *(f"+{line}" for line in code_lines)])
     tokens = MD.parse(notes(_result(name, text, diff)))
     _dead(tokens, ours=("em_open", "em_close"))  # the closing "_Written by loadguard fix_" line

@@ -146,7 +146,8 @@ def test_the_hub_pr_command_is_one_the_hf_cli_accepts(zoo_folder, tmp_path):
 
 
 def test_proof_b_runs_on_the_4x_the_model_was_written_for_then_on_4_57(tmp_path):
-    from loadguard._fix.proofs import COMPAT_VERSION, written_for
+    from loadguard._fix.compat import written_for
+    from loadguard._fix.proofs import COMPAT_VERSION
 
     def saved_with(version):
         (tmp_path / "config.json").write_text(json.dumps({"transformers_version": version} if version else {}))

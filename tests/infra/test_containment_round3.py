@@ -146,7 +146,7 @@ def test_inputs_that_crashed_a_run_are_rows_or_one_clear_error(tmp_path, zoo_fol
 
 
 def test_a_diff_of_a_file_whose_name_has_a_space_applies(tmp_path):
-    from loadguard._fix.fixing import _diff
+    from loadguard._fix.checks import diff_of as _diff
 
     diff = _diff({"my file.py": "x = 1\n"}, {"my file.py": "x = 2\n"})
     (tmp_path / "my file.py").write_text("x = 1\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loadguard._infra import envs, forks
+from loadguard._infra import envcache, envs, forks
 from loadguard.errors import command_line, fix_command_line
 
 from ..conftest import IS_V5, TRANSFORMERS_VERSION
@@ -97,8 +97,8 @@ def _fake_environment(root: Path, version: str, used: float, size: int = 1000, o
     """A cached environment as ``envs`` lays one out (its record, its last use, a payload of ``size`` bytes)."""
     folder = root / "envs" / "py311-torchX" / f"transformers-{version}-abcdef012345"
     folder.mkdir(parents=True)
-    (folder / envs.STAMP).write_text(json.dumps({"ok": ok}))
-    (folder / envs.USED).write_text(str(used))
+    (folder / envcache.STAMP).write_text(json.dumps({"ok": ok}))
+    (folder / envcache.USED).write_text(str(used))
     (folder / "payload").write_bytes(b"x" * size)
     return folder
 
@@ -137,7 +137,7 @@ def test_the_cache_keeps_under_its_limit_least_recently_used_first(tmp_path, mon
     oldest = _fake_environment(tmp_path, "4.30.2", 100.0)
     middle = _fake_environment(tmp_path, "4.40.2", 200.0)
     newest = _fake_environment(tmp_path, "4.46.3", 300.0)
-    removed = envs.keep_under_limit(keep=oldest)  # the one just used stays, whatever its age
+    removed = envcache.keep_under_limit(keep=oldest)  # the one just used stays, whatever its age
     assert [r.transformers for r in removed] == ["4.40.2"] and oldest.exists() and newest.exists()
     assert not middle.exists()
 

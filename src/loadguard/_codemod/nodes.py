@@ -21,55 +21,6 @@ def assignment_code(owner: str, name: str, value: str) -> str:
     return f"{target} = {value}" if not target.startswith("getattr(") else f"setattr({owner}, {name!r}, {value})"
 
 
-def preferred_quote(source: str) -> str:
-    """The quote a file writes its plain strings with (``"`` or ``'``, the more common; ``"`` on a tie)."""
-    import io
-    import tokenize
-
-    counts = {'"': 0, "'": 0}
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.STRING:
-                body = token.string.lstrip("rRbBuUfF")
-                if body[:1] in counts and body[:3] not in ('"""', "'''"):
-                    counts[body[0]] += 1
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        pass
-    return "'" if counts["'"] > counts['"'] else '"'
-
-
-def string_literal(value: str, quote: str = '"') -> str:
-    """``value`` as a Python string literal in ``quote`` (``repr``'s escapes; the other quote where ``value`` holds it)."""
-    text = repr(value)[1:-1]
-    if quote == '"':
-        text = text.replace("\\'", "'")
-        if '"' in value:
-            return repr(value) if "'" not in value else '"' + text.replace('"', '\\"') + '"'
-        return f'"{text}"'
-    return repr(value) if "'" not in value or '"' in value else '"' + text.replace("\\'", "'") + '"'
-
-
-def requote(code: str, quote: str) -> str:
-    """Generated code with its plain string literals in ``quote`` (a file's own style), where the swap needs no escape;
-    f-strings and byte strings are left as written."""
-
-    class Quotes(cst.CSTTransformer):
-        def leave_SimpleString(self, original, updated):
-            prefix = updated.value[: len(updated.value) - len(updated.value.lstrip("rRbBuU"))]
-            body = updated.value[len(prefix) :]
-            if prefix or body[:3] in ('"""', "'''") or body[0] == quote:
-                return updated
-            inner = body[1:-1]
-            if quote in inner or "\\" in inner:
-                return updated
-            return updated.with_changes(value=f"{quote}{inner}{quote}")
-
-    try:
-        return cst.parse_module(code).visit(Quotes()).code
-    except cst.ParserSyntaxError:
-        return code
-
-
 def class_named(module: cst.Module, name: str) -> cst.ClassDef | None:
     return next((n for n in module.body if isinstance(n, cst.ClassDef) and n.name.value == name), None)
 

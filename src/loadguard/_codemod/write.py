@@ -4,10 +4,9 @@ stays as it was, comments and formatting included."""
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
+from .layout import fit, preferred_quote, requote, same_call, width_of
 from .nodes import (
     after_docstring,
     assigned_targets,
@@ -20,9 +19,6 @@ from .nodes import (
     method_named,
     module_names,
     parameters_of,
-    preferred_quote,
-    requote,
-    string_literal,
 )
 from .read import Branch, Refused
 
@@ -36,9 +32,9 @@ def merge(branches: list[Branch]) -> list[Branch]:
         if known is None:
             out[branch.cls] = branch
             continue
-        seen = {_same_call(s, known.tensors + branch.tensors) for s in known.statements}
+        seen = {same_call(s, known.tensors + branch.tensors) for s in known.statements}
         statements = known.statements + tuple(
-            s for s in branch.statements if _same_call(s, known.tensors + branch.tensors) not in seen
+            s for s in branch.statements if same_call(s, known.tensors + branch.tensors) not in seen
         )
         out[branch.cls] = Branch(
             branch.cls,
@@ -50,13 +46,6 @@ def merge(branches: list[Branch]) -> list[Branch]:
             known.default_dtype or branch.default_dtype,
         )
     return list(out.values())
-
-
-def _same_call(statement: str, tensors: tuple[str, ...]) -> str:
-    """A statement as merging compares it: one helper call that makes several tensors is one call, whichever of them
-    lent it the dtype of the load (``module.cos_cached.dtype`` or ``module.sin_cached.dtype``)."""
-    names = "|".join(re.escape(name.rpartition(".")[2]) for name in tensors)
-    return re.sub(rf"(?:\.(?:{names})|getattr\(\w+, ['\"](?:{names})['\"]\))\.dtype\b", ".<loaded>.dtype", statement)
 
 
 def _block(text: str) -> list[cst.BaseStatement]:
@@ -74,104 +63,6 @@ def _branch_text(branch: Branch, init_param: str, owner: str = "self") -> str:
             f"try:\n{indented(recompute, '    ')}\nfinally:\n    torch.set_default_dtype(saved_default_dtype)"
         )
     return f"if isinstance({init_param}, {branch.cls}):\n{indented(recompute, '    ')}"
-
-
-def width_of(source: str) -> int:
-    """How wide a file lets its lines be: its widest line, and at least 79 (PEP 8's width)."""
-    return max([79, *(len(line) for line in source.splitlines())])
-
-
-def _top_level_commas(text: str) -> list[int] | None:
-    """Where ``text`` (call arguments) splits at commas outside brackets and strings; None when it does not tokenize."""
-    import io
-    import tokenize
-
-    depth, commas = 0, []
-    offsets = [0]
-    for line in text.splitlines(True):
-        offsets.append(offsets[-1] + len(line))
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type != tokenize.OP:
-                continue
-            if token.string in "([{":
-                depth += 1
-            elif token.string in ")]}":
-                depth -= 1
-            elif token.string == "," and depth == 0:
-                commas.append(offsets[token.start[0] - 1] + token.start[1])
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    return commas
-
-
-def _closing(text: str, opening: int) -> int | None:
-    """The index of the bracket that closes ``text[opening]`` (strings skipped by tokenizing what follows)."""
-    import io
-    import tokenize
-
-    depth = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text[opening:]).readline):
-            if token.type == tokenize.OP and token.string in "([{":
-                depth += 1
-            elif token.type == tokenize.OP and token.string in ")]}":
-                depth -= 1
-                if depth == 0:
-                    return opening + token.start[1] if token.start[0] == 1 else None
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    return None
-
-
-def fit(code: str, width: int, indent: int = 0) -> str:
-    """Generated statements within ``width`` columns once indented by ``indent``: a line too wide is broken as black
-    breaks it (a conditional expression over three lines in parentheses, a call's arguments one per line); a line that
-    cannot be broken so stays as it is."""
-    out = []
-    for line in code.split("\n"):
-        out.extend(_fit_line(line, width - indent, 0))
-    return "\n".join(out)
-
-
-def _fit_line(line: str, width: int, depth: int) -> list[str]:
-    if len(line) <= width or depth > 4:
-        return [line]
-    lead = line[: len(line) - len(line.lstrip())]
-    body = line.strip()
-    if body.endswith(",") and depth:  # an argument of the call broken above: broken the same way, its comma kept
-        lines = _fit_line(f"{lead}{body[:-1]}", width, depth)
-        return [*lines[:-1], lines[-1] + ","]
-    try:
-        statement = cst.parse_statement(body + "\n")
-    except cst.ParserSyntaxError:
-        return [line]
-    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-    value = getattr(small, "value", None)
-    if isinstance(small, cst.Assign) and isinstance(value, cst.IfExp):  # x = a if c else b
-        target = body[: body.index("=") + 1]
-        parts = [code_of(value.body), f"if {code_of(value.test)}", f"else {code_of(value.orelse)}"]
-        inner = [piece for part in parts for piece in _fit_line(f"{lead}    {part}", width, depth + 1)]
-        return [f"{lead}{target} (", *inner, f"{lead})"]
-    if not body.endswith(")"):
-        return [line]
-    opening = next(
-        (i for i in range(len(body)) if body[i] == "(" and _closing(body, i) == len(body) - 1), None
-    )  # the call whose arguments end the line
-    if opening is None or opening == 0:
-        return [line]
-    arguments = body[opening + 1 : -1]
-    commas = _top_level_commas(arguments)
-    if commas is None or not arguments.strip():
-        return [line]
-    pieces, start = [], 0
-    for comma in [*commas, len(arguments)]:
-        piece = arguments[start:comma].strip()
-        if piece:
-            pieces.append(piece)
-        start = comma + 1
-    inner = [piece for arg in pieces for piece in _fit_line(f"{lead}    {arg},", width, depth + 1)]
-    return [f"{lead}{body[: opening + 1]}", *inner, f"{lead})"]
 
 
 def init_weights_parameter(source: str, cls_name: str) -> str | None:
@@ -500,124 +391,11 @@ def set_class_attribute(source: str, cls_name: str, name: str, value: str) -> st
     return _replace_class(tree, cls, cls.visit(Setter()))
 
 
-def import_as(source: str, module: str, renamed: dict[str, str]) -> str:
-    """``from <module> import Old`` -> ``from <module> import New as Old`` for each ``Old: New`` in ``renamed``."""
-
-    class Renamer(cst.CSTTransformer):
-        def leave_ImportFrom(self, original, updated):
-            if (
-                updated.module is None
-                or code_of(updated.module) != module
-                or isinstance(updated.names, cst.ImportStar)
-            ):
-                return updated
-            names = [
-                a.with_changes(
-                    name=cst.Name(renamed[a.evaluated_name]), asname=cst.AsName(name=cst.Name(a.evaluated_name))
-                )
-                if a.evaluated_name in renamed and a.asname is None
-                else a
-                for a in updated.names
-            ]
-            return updated.with_changes(names=names)
-
-    return cst.parse_module(source).visit(Renamer()).code
-
-
-def accept_keywords(source: str, function: str, positional: int = 1) -> str:
-    """Every ``def <function>(self)`` (exactly ``positional`` parameters and no ``**``) also takes ``**kwargs``: the
-    keywords a newer caller passes are accepted and ignored."""
-
-    class Widen(cst.CSTTransformer):
-        def leave_FunctionDef(self, original, updated):
-            params = updated.params
-            if (
-                updated.name.value != function
-                or params.star_kwarg is not None
-                or len(params.params) != positional
-                or params.kwonly_params
-            ):
-                return updated
-            return updated.with_changes(params=params.with_changes(star_kwarg=cst.Param(name=cst.Name("kwargs"))))
-
-    return cst.parse_module(source).visit(Widen()).code
-
-
-def config_reads(source: str, defaults: dict[str, object]) -> str:
-    """Reads of ``<...>config.<name>`` for ``name`` in ``defaults`` -> ``getattr(<...>config, "<name>", default)``, and
-    of ``self.<name>`` inside a config class (a ``configuration_*.py`` reading its own generation defaults); assignments
-    to them are left alone: what transformers 4 configs always carried, read the way that works on 5."""
-
-    preferred = preferred_quote(source)
-
-    class Reads(cst.CSTTransformer):
-        def __init__(self):
-            super().__init__()
-            self.configs: list[bool] = []  # for each class around: whether it is a config class (its reads of self.x)
-            self.quotes: list[str] = []  # the delimiters of the f-strings around (before 3.12 none may appear inside)
-            self.written: set = set()  # targets of `x: T = ...` and `x += ...`: writes, not reads
-
-        def visit_ClassDef(self, node):
-            self.configs.append(any(code_of(b.value).endswith("Config") for b in node.bases))
-
-        def leave_ClassDef(self, original, updated):
-            self.configs.pop()
-            return updated
-
-        def visit_FormattedString(self, node):
-            self.quotes.append(node.start.lstrip("rRfFbBuU"))
-
-        def leave_FormattedString(self, original, updated):
-            self.quotes.pop()
-            return updated
-
-        def visit_AssignTarget(self, node):
-            return False
-
-        def visit_AnnAssign(self, node):
-            self.written.add(node.target)
-
-        def visit_AugAssign(self, node):
-            self.written.add(node.target)
-
-        def leave_Attribute(self, original, updated):
-            owner = code_of(updated.value)
-            inside_config = bool(self.configs) and self.configs[-1] and owner == "self"
-            if original in self.written:
-                return updated
-            if updated.attr.value in defaults and (inside_config or owner.split(".")[-1] in ("config", "text_config")):
-                quote = (
-                    preferred if not any(preferred in q for q in self.quotes) else ("'" if preferred == '"' else '"')
-                )
-                name, default = updated.attr.value, _literal(defaults[updated.attr.value], quote)
-                return cst.parse_expression(
-                    f"getattr({code_of(updated.value)}, {string_literal(name, quote)}, {default})"
-                )
-            return updated
-
-    return cst.parse_module(source).visit(Reads()).code
-
-
-def _literal(value: object, quote: str) -> str:
-    """A config default as code, its strings in ``quote``."""
-    if isinstance(value, str):
-        return string_literal(value, quote)
-    if isinstance(value, (list, tuple)):
-        items = ", ".join(_literal(v, quote) for v in value)
-        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_literal(k, quote)}: {_literal(v, quote)}" for k, v in value.items()) + "}"
-    return repr(value)
-
-
 __all__ = [
-    "accept_keywords",
     "append_to_init",
     "define_after_imports",
     "method_calls",
     "class_assignments",
-    "config_reads",
-    "import_as",
     "set_class_attribute",
     "add_branches",
     "bound_names",

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ast
 import collections
+import difflib
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from pyflakes import checker
 
 from .proofs import Proof
 
@@ -26,8 +29,6 @@ def _python(files: dict[str, str]) -> dict[str, str]:
 
 def _findings(name: str, text: str) -> collections.Counter:
     """pyflakes' findings of one file, by kind and what they name (not by line: an edit moves lines)."""
-    from pyflakes import checker
-
     try:
         tree = ast.parse(text, filename=name)
     except SyntaxError:
@@ -50,8 +51,6 @@ def _key(message) -> tuple[str, tuple[str, ...]]:
 
 
 def _described(kind: str, args: tuple[str, ...], name: str, text: str) -> str:
-    from pyflakes import checker
-
     found = next(
         (
             m
@@ -179,60 +178,32 @@ def diff_applies(original: dict[str, str], diff: str) -> Proof:
     )
 
 
-def added_lines(diff: str) -> dict[str, set[int]]:
-    """The lines a unified diff adds, by file name, numbered as in the new file."""
-    added: dict[str, set[int]] = {}
-    name, line = "", 0
-    for text in diff.split("\n"):
-        if text.startswith("+++ "):
-            name = text[4:].split("\t")[0].removeprefix("b/")
-        elif text.startswith("@@"):
-            line = int(text.split("+")[1].split(",")[0].split(" ")[0])
-        elif text.startswith("+"):
-            added.setdefault(name, set()).add(line)
-            line += 1
-        elif text.startswith(" "):
-            line += 1
-    return added
-
-
-def _executable(text: str, name: str) -> set[int]:
-    """The lines of a file that run as statements (what a line tracer can see run)."""
-    lines: set[int] = set()
-    pending = [compile(text, name, "exec", dont_inherit=True)]
-    while pending:
-        code = pending.pop()
-        lines |= {line for _, _, line in code.co_lines() if line is not None}
-        pending += [c for c in code.co_consts if hasattr(c, "co_lines")]
-    return lines
-
-
-def not_run(diff: str, patched: dict[str, str], ran: dict[str, list[int]]) -> tuple[str, ...]:
-    """The statements the change added that no proof ran, as ``file:line`` or ``file:first-last`` spans; the lines that
-    only define (a ``def``, a class body's assignment) count as run when their module was imported."""
-    out: list[str] = []
-    for name, lines in sorted(added_lines(diff).items()):
-        if not name.endswith(".py") or name not in patched:
-            continue
-        try:
-            executable = _executable(patched[name], name)
-        except SyntaxError:
-            continue
-        seen = set(ran.get(name, ()))
-        missed = sorted(line for line in lines & executable if line not in seen)
-        spans: list[list[int]] = []
-        for line in missed:
-            if spans and line == spans[-1][1] + 1:
-                spans[-1][1] = line
-            else:
-                spans.append([line, line])
-        out += [f"{name}:{a}" if a == b else f"{name}:{a}-{b}" for a, b in spans]
-    return tuple(out)
-
-
 def static_checks(original: dict[str, str], patched: dict[str, str], diff: str) -> tuple[Proof, ...]:
     """The three checks that need no model run, in the order a reviewer meets what they catch."""
     return diff_applies(original, diff), compiles(patched), lint_parity(original, patched)
 
 
-__all__ = ["OLDEST_PYTHON", "added_lines", "compiles", "diff_applies", "lint_parity", "not_run", "static_checks"]
+__all__ = ["NO_NEWLINE", "OLDEST_PYTHON", "compiles", "diff_applies", "diff_of", "lint_parity", "static_checks"]
+
+
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of a file as git and patch count them: split at ``\\n`` only (``str.splitlines`` also splits at a form
+    feed or a Unicode line separator, which a diff of them would misplace)."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
+
+def diff_of(original: dict[str, str], patched: dict[str, str]) -> str:
+    """A unified diff ``git apply`` and ``patch -p1`` take: a last line without its newline is marked as diff marks it
+    (difflib leaves it bare, which both tools call a corrupt or malformed patch)."""
+    parts = []
+    for name in sorted(patched):
+        end = "\t" if any(c.isspace() for c in name) else ""  # patch and git apply read a name up to a tab
+        for line in difflib.unified_diff(
+            _lines(original[name]), _lines(patched[name]), f"a/{name}{end}", f"b/{name}{end}"
+        ):
+            parts.append(line if line.endswith("\n") else f"{line}\n{NO_NEWLINE}")
+    return "".join(parts)

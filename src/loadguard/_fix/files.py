@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import snapshot_download
+from huggingface_hub import constants, snapshot_download
 
 from .._files import HUB_ID, failure, hub_offline
 from .._infra import code, collapse_names, fence, inert, leaving, remove_tree
@@ -137,8 +137,6 @@ def modules_cache() -> Path:
     transformers (the ``loadguard`` process never does)."""
     if os.environ.get("HF_MODULES_CACHE"):
         return Path(os.environ["HF_MODULES_CACHE"])
-    from huggingface_hub import constants
-
     return Path(constants.HF_HOME) / "modules"
 
 

@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import tempfile
@@ -37,18 +36,20 @@ from typing import Any
 from .. import _audit
 from .. import workarounds as registry
 from .._audit import load_unaudited
-from .._codemod import Refused
-from .._hf import init_weights_calls, model_outputs, synthetic
+from .._hf import init_weights_calls
 from .._infra import remove_tree
 from .._scan import scan_with_model
 from ..errors import FolderNotEmptyError, InvalidOptionError, ModelNotFoundError
 from ..report import Finding, FixStatus, WorkaroundStatus
 from ..runner import rebuilt
 from .across import same_outputs
-from .checks import not_run, static_checks
+from .checks import diff_of, static_checks
+from .compat import before_v5_on_first, written_for
+from .coverage import not_run
 from .files import cached_module_glob, digest, holds_weights, publish, stage, tampered
+from .past import breaks_when_run, needed_past_the_load
 from .plan import Change, Refusal, plan_fix
-from .proofs import Proof, before_v5_on_first, loads_right, run_patched, saved, written_for
+from .proofs import Proof, loads_right, run_patched, saved
 from .upstream import upstream_patch
 
 
@@ -183,13 +184,13 @@ def fix(
     plan = plan_fix(model, report, folder, list(needed), ran)
     # a load that is right can still break when the model runs (v4 code in forward or generate): that is a change too,
     # once the model is seen to break (the files calling what this transformers lacks is not enough to call it broken)
-    late = _needed_past_the_load(plan, needed, model)
+    late = needed_past_the_load(plan, needed, model)
     checked = (
         f"its {'load as a scan predicts it' if weightless else 'load'} was audited (every tensor against its code and "
         "checkpoint); its forward and generate were not run (`loadguard audit --forward` runs them)"
     )
     if late and not findings and not needed:
-        if not _breaks_when_run(model, folder, weightless, late):
+        if not breaks_when_run(model, folder, weightless, late):
             late = []
             checked = (
                 f"its {'load as a scan predicts it' if weightless else 'load'} was audited, and one forward pass and "
@@ -219,7 +220,7 @@ def fix(
         plan = plan_fix(model, report, folder, list(needed), ran)
     class_name = type(model).__name__
     del model
-    diff = _diff(plan.original, plan.files)
+    diff = diff_of(plan.original, plan.files)
     result = dataclasses.replace(
         result,
         status=FixStatus.NOT_FIXED,
@@ -300,49 +301,6 @@ def fix(
         _forget_modules(staging.name)
 
 
-def _needed_past_the_load(plan: Any, needed: tuple[str, ...], model: Any) -> list[str]:
-    """The workarounds for v4 code that only breaks when it runs (in ``forward``, in ``generate``: the load never meets
-    it) that the model's files need: they call what the workaround gives back (``touches``) and the running
-    transformers does not have it (``native`` false), and its source fix finds that call to change (or refuses, naming
-    the line). Proof (c) then runs the patched copy on this transformers."""
-    sources = {name: text for name, text in plan.original.items()}
-    code = "\n".join(text for name, text in sources.items() if name.endswith(".py"))
-    config = {"_name_or_path": "", **json.loads(sources.get("config.json") or "{}")}
-    found = []
-    for name in registry.PAST_THE_LOAD:
-        item = registry.get(name)
-        if (
-            name in needed
-            or item.is_native()
-            or not (item.touches and item.touches([code]))
-            or not item.applies(config)
-        ):
-            continue
-        try:
-            changed, _ = item.source_fix(sources, config, model)
-        except Refused:  # a use it cannot rewrite: the plan says so, with its line
-            changed = {"": ""}
-        if changed:
-            found.append(name)
-    return found
-
-
-def _breaks_when_run(model: Any, folder: Path, weightless: bool, late: list[str]) -> bool:
-    """Whether the model, whose load is right, fails when it runs here (one forward pass and greedy tokens on inputs
-    built from its config) with a failure one of ``late`` declares. Without weights it runs built from its config with
-    synthetic values; one that cannot be built so (too big, or its construction fails here) is taken at its files'
-    word, and proof (c) decides."""
-    if weightless:
-        try:
-            model, _ = synthetic(str(folder))
-        except Exception:  # noqa: BLE001  (it does not build here: proof (c) decides)
-            model = None
-        if model is None:
-            return True
-    crash = model_outputs(model, fixes=registry.fixes_for)["error"]
-    return crash is not None and bool(set(crash.get("fixes") or ()) & set(late))
-
-
 def _forget_modules(staging: str) -> None:
     """The copy of the staged code transformers kept in its modules cache (``transformers_modules/_dot_<out>..._fix_
     <pid>_<rand>``, one per run): removed with the staged copy (proof (b)'s copies are removed on its side)."""
@@ -392,29 +350,6 @@ def _check_paths(folder: Path, target: Path) -> None:
             f"--out {target}: cannot write in {target.parent} ({error.strerror or error})",
             "pass an --out in a folder you can write to",
         ) from None
-
-
-NO_NEWLINE = "\\ No newline at end of file\n"
-
-
-def _lines(text: str) -> list[str]:
-    """The lines of a file as git and patch count them: split at ``\\n`` only (``str.splitlines`` also splits at a form
-    feed or a Unicode line separator, which a diff of them would misplace)."""
-    lines = text.split("\n")
-    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-
-
-def _diff(original: dict[str, str], patched: dict[str, str]) -> str:
-    """A unified diff ``git apply`` and ``patch -p1`` take: a last line without its newline is marked as diff marks it
-    (difflib leaves it bare, which both tools call a corrupt or malformed patch)."""
-    parts = []
-    for name in sorted(patched):
-        end = "\t" if any(c.isspace() for c in name) else ""  # patch and git apply read a name up to a tab
-        for line in difflib.unified_diff(
-            _lines(original[name]), _lines(patched[name]), f"a/{name}{end}", f"b/{name}{end}"
-        ):
-            parts.append(line if line.endswith("\n") else f"{line}\n{NO_NEWLINE}")
-    return "".join(parts)
 
 
 __all__ = ["FixResult", "fix"]

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -18,18 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from .._audit import audit, load_unaudited, repair
 from .._hf import init_weights_calls, synthetic, tokenized
 from .._hf import model_outputs as run_outputs
-from .._infra import envs, forks, plural, procs
+from .._infra import forks, plural, procs
 from .._scan import scan
 from ..errors import LoadguardError
 from ..report import Finding, Status
 from ..workarounds import fixes_for
+from .coverage import LinesRun
 from .plan import Refusal
-from .prove import same_bits
+from .saving import saves_and_reloads, synthetic_saves
 
 COMPAT_VERSION = "4.57.6"
 """The oldest transformers 4 loadguard supports: where proof (b) runs."""
@@ -94,44 +91,6 @@ def _run_json(command: list[str], env: dict | None = None, timeout: float = 900)
     return {"error": last[-1] if last else f"exit {result.returncode}, nothing printed"}
 
 
-RESULT_KEYS = ("transformers", "tensors", "differ", "differ_count", "forward")
-
-
-def _run_prove(command: list[str], env: dict, timeout: float = 900) -> dict:
-    """What the 4.x side (:mod:`loadguard._fix.prove`) found, through a channel of its own, never the stdout the model's
-    code prints to: a file the child inherits as a descriptor, where it writes its result with the per-run nonce it read
-    on stdin before any model code ran. A process that exits non-zero, or ends without that result (the model's code
-    called ``os._exit``), proves nothing."""
-    nonce = secrets.token_hex(16)
-    with tempfile.TemporaryFile("w+b") as channel, tempfile.TemporaryFile("w+") as output:
-        result = subprocess.run(
-            command,
-            input=nonce + "\n",
-            stdout=output,
-            stderr=output,
-            text=True,
-            timeout=timeout,
-            env={**env, "LOADGUARD_RESULT_FD": str(channel.fileno())},
-            pass_fds=(channel.fileno(),),
-            **procs.subprocess_options(),
-        )  # a proof never outlives the run that started it
-        channel.seek(0)
-        written = channel.read()
-        output.seek(0)
-        last = [line for line in output.read().splitlines() if line.strip()]
-    said = f": {last[-1][:300]}" if last else ""
-    if result.returncode != 0:
-        return {"error": f"its process exited with status {result.returncode}{said}"}
-    try:
-        envelope = json.loads(written)
-    except ValueError:
-        envelope = None
-    document = envelope.get("result") if isinstance(envelope, dict) and envelope.get("nonce") == nonce else None
-    if not isinstance(document, dict) or not ("error" in document or all(key in document for key in RESULT_KEYS)):
-        return {"error": f"its process ended without writing loadguard's result (the model's code exited it?){said}"}
-    return document
-
-
 def _synthetic_outputs(folder: str, class_name: str | None) -> dict:
     """Without weights, proof (c)'s 5.x side: the patched copy built from its config (no workaround) with the synthetic
     weights the 4.x side gives the original, its forward and greedy tokens (on the prompt its tokenizer encodes, when it
@@ -144,89 +103,6 @@ def _synthetic_outputs(folder: str, class_name: str | None) -> dict:
         return {"not_built": why}
     ids = tokenized(folder)
     return {**run_outputs(model, fixes=fixes_for, ids=ids), "synthetic": True, "ids": ids}
-
-
-def _same_tensors(first: Any, second: Any, leave: set[str]) -> list[str]:
-    """The parameters and buffers (non-persistent ones too) whose values differ between two models, bit for bit (a NaN
-    equal to the same NaN); ``leave``: names not compared."""
-    mine = dict(first.named_parameters(remove_duplicate=False)) | dict(first.named_buffers(remove_duplicate=False))
-    theirs = dict(second.named_parameters(remove_duplicate=False)) | dict(second.named_buffers(remove_duplicate=False))
-    differ = sorted(set(mine) ^ set(theirs) - leave)
-    for name in sorted(set(mine) & set(theirs) - leave):
-        a, b = mine[name], theirs[name]
-        if a.is_meta or b.is_meta:
-            if a.is_meta != b.is_meta:
-                differ.append(name)
-            continue
-        if a.shape != b.shape or a.dtype != b.dtype or not same_bits(a.cpu(), b.cpu()):
-            differ.append(name)
-    return differ
-
-
-def saves_and_reloads(model: Any, auto_class: str | None, still_wrong: set[str]) -> dict:
-    """What a user who fine-tunes does with the fixed copy: ``save_pretrained`` of the model as loaded, then
-    ``from_pretrained`` of what it wrote (its code with it, no workaround), every tensor compared with the one saved
-    (those ``still_wrong`` after the patch left out)."""
-    with tempfile.TemporaryDirectory(prefix="loadguard-saved-") as folder:
-        try:
-            model.save_pretrained(folder)
-        except Exception as error:  # noqa: BLE001  (the copy's own save: the check reports it)
-            return {"ok": False, "detail": f"save_pretrained of the fixed copy fails: {_first_line(error)}"}
-        try:
-            again, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
-        except LoadguardError as error:
-            return {"ok": False, "detail": f"what save_pretrained wrote does not load again: {error.message}"}
-        differ = _same_tensors(model, again, still_wrong)
-    if differ:
-        return {
-            "ok": False,
-            "detail": f"saved and loaded again, {plural(len(differ), 'tensor')} differ: {', '.join(differ[:6])}",
-        }
-    count = len(dict(model.named_parameters(remove_duplicate=False))) + len(
-        dict(model.named_buffers(remove_duplicate=False))
-    )
-    left = f" ({plural(len(still_wrong), 'tensor')} left for a person not compared)" if still_wrong else ""
-    return {
-        "ok": True,
-        "detail": f"save_pretrained, then from_pretrained of what it wrote with no workaround: {count} tensors "
-        f"bit-identical{left}",
-    }
-
-
-def _first_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
-
-
-class LinesRun:
-    """The lines of the patched files that run while a proof runs, as ``sys.settrace`` sees them: only frames of files
-    transformers copied into its modules cache under one of ``names`` are traced line by line (every other frame pays
-    one call check). ``lines``: file name -> line numbers."""
-
-    def __init__(self, names: set[str]):
-        self.names = names
-        self.lines: dict[str, set[int]] = {}
-
-    def _local(self, frame, event, arg):
-        if event == "line":
-            self.lines.setdefault(os.path.basename(frame.f_code.co_filename), set()).add(frame.f_lineno)
-        return self._local
-
-    def _global(self, frame, event, arg):
-        filename = frame.f_code.co_filename
-        if "transformers_modules" in filename and os.path.basename(filename) in self.names:
-            return self._local
-        return None
-
-    def __enter__(self) -> LinesRun:
-        self.previous = sys.gettrace()
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        sys.settrace(self.previous)
-
-    def to_dict(self) -> dict[str, list[int]]:
-        return {name: sorted(lines) for name, lines in self.lines.items()}
 
 
 def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None, tuple[str, ...]]) -> dict:
@@ -250,7 +126,7 @@ def _proven(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
             document = scan(folder, model_class=auto_class, workarounds=(), trust_remote_code=True).to_dict()
             if taken:  # before the save: a load of what it wrote registers its classes, which a build here would take
                 document["outputs"] = _synthetic_outputs(folder, class_name)
-            document["saves"] = _synthetic_saves(folder, class_name, auto_class)
+            document["saves"] = synthetic_saves(folder, class_name, auto_class)
             return document
         with init_weights_calls() as called:
             model, _ = load_unaudited(auto_class, folder, poison=True, workarounds=(), trust_remote_code=True)
@@ -277,17 +153,6 @@ def _proven(arguments: tuple[str, str | None, bool, bool, str | None]) -> dict:
         "saves": saves_and_reloads(model, auto_class, still_wrong),
         "outputs": outputs,
     }
-
-
-def _synthetic_saves(folder: str, class_name: str | None, auto_class: str | None) -> dict:
-    """Without weights, the save-and-reload check on the copy built from its config with synthetic values."""
-    try:
-        model, why = synthetic(folder, class_name)
-    except Exception as error:  # noqa: BLE001  (its construction failed: the check cannot run)
-        return {"ok": None, "detail": f"not run: the copy could not be built from its config ({_first_line(error)})"}
-    if model is None:
-        return {"ok": None, "detail": f"not run: {why}"}
-    return saves_and_reloads(model, auto_class, set())
 
 
 def saved(document: dict, version: str, weightless: bool = False) -> Proof | None:
@@ -396,40 +261,6 @@ def loads_right(
     )
 
 
-def written_for(folder: Path) -> tuple[str, ...]:
-    """The transformers 4 releases proof (b) tries, in order: the one config.json says the model was saved with (older
-    than 4.57 only: code written for it may not import on 4.57), then 4.57.6."""
-    try:
-        written = str(json.loads((folder / "config.json").read_text()).get("transformers_version") or "")
-    except (OSError, ValueError, AttributeError):
-        written = ""
-    try:
-        release = Version(written)
-    except InvalidVersion:
-        return (COMPAT_VERSION,)
-    if release.major == 4 and release.minor < 57:  # a development build (4.41.0.dev0) is proven on its release
-        return (release.base_version, COMPAT_VERSION)
-    return (COMPAT_VERSION,)
-
-
-def before_v5_on_first(
-    versions: tuple[str, ...], folder: Path, staging: Path, *arguments: Any
-) -> tuple[Proof, dict | None]:
-    """Proof (b) on the first of ``versions`` whose environment can be made and where the original loads; the proof
-    names the release it ran on, and why an earlier one was passed over. With it, the original's outputs there (proof
-    (c)'s reference; None where none were taken)."""
-    passed_over: list[str] = []
-    for index, version in enumerate(versions):
-        proof, seen = _unchanged_before_v5(folder, staging, version, *arguments)
-        last = index == len(versions) - 1
-        if last or not (proof.ok is None or proof.detail.startswith("could not be compared")):
-            if passed_over:
-                proof = dataclasses.replace(proof, detail=f"{proof.detail} (not on {'; '.join(passed_over)})")
-            return proof, seen
-        passed_over.append(f"{version}, which config.json names: {proof.detail}")
-    raise AssertionError("no transformers 4 release to prove on")  # versions is never empty
-
-
 def _why_wrong(document: dict, tensor: str) -> str:
     """A tensor still wrong after the patch, in the user's terms: its dtype and device, the largest difference, and
     whether transformers called ``_init_weights`` for its module at all (a branch it never reaches is dead code)."""
@@ -448,100 +279,4 @@ def _why_wrong(document: dict, tensor: str) -> str:
     return f"{tensor} ({', '.join(facts)})"
 
 
-def _unchanged_before_v5(
-    folder: Path,
-    staging: Path,
-    version: str,
-    workarounds: tuple[str, ...],
-    class_name: str | None = None,
-    weightless: bool = False,
-    outputs: bool = True,
-    ids: list | None = None,
-) -> tuple[Proof, dict | None]:
-    """(b): under transformers ``version`` the patched copy loads to the same tensors and first forward as the original
-    (``weightless``: both constructed from the config build the same buffers and tensor attributes, and parameters of
-    the same names, shapes and dtypes). ``class_name``: the class the transformers 5 side loaded; both load as it here."""
-
-    proof = functools.partial(Proof, "unchanged_before_v5", weightless=weightless)
-    environment = envs.environment(version)
-    if not environment.ok:
-        return proof(
-            version,
-            None,
-            f"not run: the transformers {version} environment could not be created ({environment.reason})",
-        ), None
-    env = {**os.environ, "HF_MODULES_CACHE": str(environment.folder / "hf_modules"), "HF_HUB_OFFLINE": "1"}
-    command = [
-        str(environment.python),
-        "-m",
-        "loadguard._fix.prove",
-        str(folder.resolve()),
-        str(staging.resolve()),
-        ",".join(workarounds),
-        class_name or "",
-        "weightless" if weightless else "loaded",
-    ]
-    with tempfile.TemporaryDirectory(prefix="loadguard-outputs-") as scratch:
-        values, prompt = Path(scratch, "values.pt"), Path(scratch, "ids.json")
-        prompt.write_text(json.dumps(ids) if ids else "")
-        document = _run_prove(command + ([str(values), str(prompt)] if outputs else []), env)
-        seen = _reference_outputs(document.get("outputs"), values)
-    if "error" in document:
-        return proof(version, False, f"could not be compared: {document['error']}"), None
-    if document["differ_count"]:
-        return proof(
-            version,
-            False,
-            f"{plural(document['differ_count'], 'tensor')} differ from the original's: {', '.join(document['differ'][:6])}",
-        ), seen
-    if document["forward"].startswith("differs") and not document.get("repaired"):
-        return proof(version, False, f"the first forward pass {document['forward']}"), seen
-    repaired = document.get("repaired") or []
-    same = document["tensors"] - len(repaired)
-    also = (
-        f"; {', '.join(repaired[:4])} ({len(repaired)}) the original loads wrong here too now equal what the code computes"
-        if repaired
-        else ""
-    )
-    if weightless:
-        return proof(
-            document["transformers"],
-            True,
-            f"built from the config without weights: {document['valued']} buffers and tensor attributes bit-identical "
-            f"to the original's, {document['tensors'] - document['valued']} parameters of the same names, shapes and "
-            f"dtypes ({document.get('class', class_name)}); no forward pass without weights",
-        ), seen
-    return proof(
-        document["transformers"],
-        True,
-        f"{same} of {plural(document['tensors'], 'tensor')} bit-identical to the original's{also}; first forward: "
-        f"{document['forward']} ({document.get('class', class_name)})",
-    ), seen
-
-
-def _reference_outputs(document: Any, values: Path) -> dict | None:
-    """The original's outputs as the 4.x side reported them, its values read back from the file it wrote (tensors
-    only, and only when the file is the one whose SHA-256 it reported)."""
-    import torch
-
-    if not isinstance(document, dict):
-        return None
-    seen = dict(document)
-    seen["values"] = None
-    digest = seen.pop("values_sha256", None)
-    if digest and values.is_file() and hashlib.sha256(values.read_bytes()).hexdigest() == digest:
-        loaded = torch.load(values, weights_only=True)
-        seen["values"] = loaded if isinstance(loaded, torch.Tensor) else None
-    return seen
-
-
-__all__ = [
-    "COMPAT_VERSION",
-    "Proof",
-    "before_v5_on_first",
-    "loads_right",
-    "run_patched",
-    "saved",
-    "saves_and_reloads",
-    "written_for",
-]
+__all__ = ["COMPAT_VERSION", "Proof", "loads_right", "run_patched", "saved"]

@@ -11,14 +11,12 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
+        "building": ("MAX_SYNTHETIC", "built_from_config", "class_for", "fill", "synthetic"),
         "inputs": (
-            "built_from_config",
-            "class_for",
             "describe_crash",
             "model_inputs",
             "model_outputs",
             "prompt_ids",
-            "synthetic",
             "tokenized",
             "token_ids",
         ),

@@ -44,5 +44,5 @@ __getattr__, __dir__, __all__ = lazy_face(
             "xml",
         ),
     },
-    modules=("envs", "forks", "observers", "procs", "settings"),
+    modules=("envcache", "envs", "forks", "observers", "procs", "settings"),
 )

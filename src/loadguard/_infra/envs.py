@@ -34,10 +34,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InvalidOptionError, LoadguardError
-from . import procs, settings
+from . import procs
 from .cache import cache_folder, cache_root
+from .envcache import STAMP, keep_under_limit, read_stamp, touch
 from .paths import inside, remove_tree, write_atomically
-from .sizes import parse_size
 
 RECIPE_VERSION = 3
 
@@ -188,10 +188,6 @@ def _folder(version: str, recipe: dict) -> Path:
     )
 
 
-STAMP = ".loadguard-env.json"
-USED = ".loadguard-last-used"
-
-
 def environment(version: str, *, rebuild: bool = False) -> Environment:
     """The environment for ``transformers==version``: reused from the cache once it is seen to be whole (it holds that
     transformers and the torch it links), else created (under a lock per environment, built in a temporary folder
@@ -204,12 +200,12 @@ def environment(version: str, *, rebuild: bool = False) -> Environment:
     cache_folder(*folder.parent.relative_to(cache_root()).parts)  # one line when the cache is not a writable folder
     with _held(folder, version):
         stamp = folder / STAMP
-        recorded = {} if rebuild else _read_stamp(stamp)
+        recorded = {} if rebuild else read_stamp(stamp)
         damaged = ""
         if recorded.get("recipe_data") == recipe and recorded.get("ok"):
             damaged = _damaged(folder, version)
             if not damaged:
-                _touch(folder)
+                touch(folder)
                 return Environment(version, folder, True)
         made = _create(version, folder, recipe, stamp)
         if damaged and made.ok:
@@ -219,21 +215,6 @@ def environment(version: str, *, rebuild: bool = False) -> Environment:
     if made.ok:
         keep_under_limit(keep=folder)
     return made
-
-
-def _read_stamp(stamp: Path) -> dict:
-    try:
-        return json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _touch(folder: Path) -> None:
-    """When an environment was last used (what the cache's least-recently-used eviction goes by)."""
-    try:
-        (folder / USED).write_text(str(time.time()))
-    except OSError:
-        pass
 
 
 def _site_packages(folder: Path) -> Path | None:
@@ -354,7 +335,7 @@ def _create(version: str, folder: Path, recipe: dict, stamp: Path) -> Environmen
     write_atomically(
         stamp, json.dumps({"recipe_data": recipe, "ok": True, "reason": "", "seconds": seconds}, indent=2)
     )
-    _touch(folder)
+    touch(folder)
     return Environment(version, folder, True, "", created=True, seconds=seconds)
 
 
@@ -377,103 +358,6 @@ def _imports(folder: Path, version: str) -> str:
     if probe.stdout.strip() != version:
         return f"the environment imports transformers {probe.stdout.strip()}, not {version}"
     return ""
-
-
-@dataclass(frozen=True)
-class Cached:
-    """One environment in the cache: what ``loadguard cache list`` shows."""
-
-    transformers: str
-    folder: Path
-    size: int
-    last_used: float
-    ok: bool
-
-    def to_dict(self) -> dict:
-        return {
-            "transformers": self.transformers,
-            "folder": str(self.folder),
-            "bytes": self.size,
-            "last_used": self.last_used or None,
-            "ok": self.ok,
-        }
-
-
-def _size(folder: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):  # links (the shared torch) are counted as links, never followed
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total
-
-
-def cached() -> list[Cached]:
-    """Every environment in the cache, least recently used first."""
-    root = cache_root() / "envs"
-    found = []
-    for folder in sorted(root.glob("*/transformers-*")) if root.is_dir() else []:
-        if not folder.is_dir() or folder.name.startswith("."):
-            continue
-        recorded = _read_stamp(folder / STAMP)
-        try:
-            used = float((folder / USED).read_text())
-        except (OSError, ValueError):
-            used = folder.stat().st_mtime
-        version = folder.name.removeprefix("transformers-").rpartition("-")[0]
-        found.append(Cached(version, folder, _size(folder), used, bool(recorded.get("ok"))))
-    return sorted(found, key=lambda c: c.last_used)
-
-
-def remove(entry: Cached) -> bool:
-    """Remove one cached environment (and its lock and records), unless another process holds it now: then False."""
-    lock = FileLock(str(entry.folder) + ".lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return False
-    try:
-        remove_tree(cache_root() / "envs", entry.folder, "a cached environment")
-        with contextlib.suppress(OSError):
-            Path(f"{entry.folder}.override.txt").unlink()
-    finally:
-        lock.release()
-    with contextlib.suppress(OSError):
-        Path(f"{entry.folder}.lock").unlink()
-    return True
-
-
-def limit() -> int | None:
-    """The cache's size cap in bytes: ``$LOADGUARD_CACHE_LIMIT``, else ``[tool.loadguard] cache-limit``; None: none."""
-    text = os.environ.get("LOADGUARD_CACHE_LIMIT")
-    if not text:
-        try:
-            text = settings.load().get("cache-limit")
-        except LoadguardError:
-            text = None
-    if not text or str(text).strip().lower() in ("none", "0"):
-        return None
-    return parse_size(str(text))
-
-
-def keep_under_limit(keep: Path | None = None) -> list[Cached]:
-    """Least recently used environments removed until the cache holds at most :func:`limit` bytes (``keep``, the one
-    just used, and any another process holds, stay); those removed."""
-    cap = limit()
-    if cap is None:
-        return []
-    entries = cached()
-    total = sum(e.size for e in entries)
-    removed = []
-    for entry in entries:
-        if total <= cap:
-            break
-        if keep is not None and entry.folder == Path(keep).resolve():
-            continue
-        if remove(entry):
-            total -= entry.size
-            removed.append(entry)
-    return removed
 
 
 def _last_line(text: str) -> str:

@@ -31,15 +31,15 @@ def cache():
     """loadguard's cache of transformers environments (proof (b) of fix, matrix cells): list, remove."""
 
 
-@cache.command("list")
+@cache.command("list", short_help="List the cached environments.")
 @format_option("json")
 def list_cache(fmt):
     """Every cached environment: its transformers release, size, when it was last used and where it is."""
-    from .._infra import cache_root, envs
+    from .._infra import cache_root, envcache
 
-    entries = envs.cached()
+    entries = envcache.cached()
     total = sum(e.size for e in entries)
-    cap = envs.limit()
+    cap = envcache.limit()
     if fmt == "json":
         emit(
             json.dumps(
@@ -74,7 +74,7 @@ def list_cache(fmt):
     return ExitCode.CLEAN
 
 
-@cache.command("remove")
+@cache.command("remove", short_help="Remove cached environments.")
 @click.argument("versions", nargs=-1, metavar="[VERSION]...")
 @click.option("--older-than", type=click.FloatRange(0, None), default=None, metavar="DAYS", help="Unused for DAYS.")
 @click.option("--all", "everything", is_flag=True, help="Every cached environment.")
@@ -82,7 +82,7 @@ def list_cache(fmt):
 def remove_cache(versions, older_than, everything, fmt):
     """Remove cached environments: those of the transformers VERSIONs named, those unused for --older-than DAYS, or
     --all. One another loadguard process is using is left in place, and said."""
-    from .._infra import envs
+    from .._infra import envcache, envs
     from ..errors import InvalidOptionError
 
     if not versions and older_than is None and not everything:
@@ -93,14 +93,14 @@ def remove_cache(versions, older_than, everything, fmt):
     now = time.time()
     chosen = [
         e
-        for e in envs.cached()
+        for e in envcache.cached()
         if everything
         or e.transformers in wanted
         or (older_than is not None and now - e.last_used >= older_than * 86400)
     ]
     removed, busy = [], []
     for entry in chosen:
-        (removed if envs.remove(entry) else busy).append(entry)
+        (removed if envcache.remove(entry) else busy).append(entry)
     if fmt == "json":
         emit(json.dumps({"removed": [e.to_dict() for e in removed], "in_use": [e.to_dict() for e in busy]}, indent=2))
     else:

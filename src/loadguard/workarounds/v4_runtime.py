@@ -23,9 +23,11 @@ PAST_THE_LOAD = (
     "v4-cache-layer-count",
     "v4-generate-attention-mask",
     "v4-config-use-cache",
+    "v4-tied-weights-keys",
 )
-"""The workarounds for v4 APIs that code calls when it runs (``forward``, ``generate``), which a load never meets:
-``loadguard fix`` writes their source fix when the files call what they give back and this transformers lacks it."""
+"""The workarounds for v4 APIs that code calls when it runs (``forward``, ``generate``) or is saved (a v4 list
+``_tied_weights_keys``, which 5.x's ``save_pretrained`` reads as a mapping), which a load never meets: ``loadguard
+fix`` writes their source fix when the files use what they give back and this transformers lacks it."""
 
 # ----------------------------------------------------------------------------------------------------------------
 # model methods transformers 5 removed, with 4.57's meaning
