@@ -250,7 +250,8 @@ def last_json(text: str) -> dict:
 
 
 def main() -> None:
-    from loadguard._fix.proofs import COMPAT_VERSION, written_for
+    from loadguard._fix.compat import written_for
+    from loadguard._fix.proofs import COMPAT_VERSION
     from loadguard._infra import envs
 
     workdir, sources = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
