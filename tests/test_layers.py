@@ -68,6 +68,9 @@ DEFERRED_MODULES: dict[str, str] = {
     "runs",
     "workarounds.v4_generate": "registered with every workaround: the code edits (_codemod: libcst) load when one "
     "runs",
+    "workarounds.v4_star": "registered with every workaround: the code edits (_codemod: libcst) load when one runs",
+    "workarounds.v4_standins": "its functions are written into model files as they are (a source fix): each imports "
+    "what it needs inside, as the model's file will run it",
     "workarounds.v4_onnx": "registered with every workaround: transformers (and the code edits) load when it runs",
     "workarounds.transformers_v4": "registered with every workaround: the v4 mask helpers (torch) load when one runs",
     "workarounds.v4_names": "registered with every workaround: the v4 mask helpers (torch) load when one runs",

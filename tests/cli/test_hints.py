@@ -152,8 +152,6 @@ def test_a_wrong_hint_is_caught():
     assert "verify" not in COMMANDS
 
 
-
-
 @pytest.fixture
 def cli_run(capsys):
     def invoke(*args: str):

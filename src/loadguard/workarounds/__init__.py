@@ -89,6 +89,7 @@ with registering_from(BUILT_IN):  # the built-ins depend on the registry only; r
         v4_names,
         v4_onnx,
         v4_runtime,
+        v4_star,
     )
 from .v4_runtime import PAST_THE_LOAD
 

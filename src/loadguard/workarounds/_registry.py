@@ -15,7 +15,7 @@ import linecache
 import re
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -52,14 +52,19 @@ class Signature:
     exception: str
     pattern: str
     raised_in: str | None = None
+    when: Callable[[BaseException], bool] | None = field(default=None, compare=False)
+    """A test of the error the pattern cannot say (``NameError: name 'BartConfig' is not defined`` is this failure only
+    where the name is one a star import of transformers no longer brings)."""
 
     def matches(self, error: BaseException) -> bool:
         names = {cls.__name__ for cls in type(error).__mro__}
         if self.exception not in names or _regex(self.pattern).search(str(error)) is None:
             return False
-        return self.raised_in is None or any(
+        if self.raised_in is not None and not any(
             frame.name == self.raised_in for frame in traceback.extract_tb(error.__traceback__)
-        )
+        ):
+            return False
+        return self.when is None or bool(self.when(error))
 
     def to_dict(self) -> dict[str, str]:
         return {

@@ -232,7 +232,7 @@ def v4_rope_scaling(parameters: dict | None) -> dict | None:
     native=lambda: (
         not isinstance(importlib.import_module("transformers").PretrainedConfig.__dict__.get("rope_scaling"), property)
     ),
-    touches=r"rope_scaling\s*(\[|\.get\()",
+    touches=r"rope_scaling\s*(\[|\.get\(|is\s+(not\s+)?None\b|[!=]=\s*None\b)",
     source_fix=lambda sources, config, model: rope_scaling_reads(sources),
 )
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ import ast
 import contextlib
 import functools
 import importlib
+import importlib.abc
 import importlib.metadata
 import importlib.util
 import json
@@ -37,7 +38,7 @@ from typing import Any
 from .._infra import AfterImport
 from ._registry import Usage, workaround
 from .remote_code import has_remote_code
-from .v4_standins import OLDER, OLDER_BLOOM, OWN, definition_named
+from .v4_standins import OLDER, OLDER_BLOOM, OWN, VANISHED, definition_named, stand_in_source
 
 OWNED_ELSEWHERE = {
     "is_torch_fx_available",
@@ -60,7 +61,7 @@ def diff() -> dict:
 @functools.cache
 def removed() -> dict[str, dict[str, str | None]]:
     """{module: {name: where 4.57's object lived}} for every module-level name the diff lists as gone."""
-    out: dict[str, dict[str, str | None]] = {}
+    out: dict[str, dict[str, str | None]] = {module: dict(names) for module, names in VANISHED.items()}
     for entry in diff()["entries"]:
         if entry["id"].startswith("name:"):
             _, module, name = entry["id"].split(":", 2)
@@ -188,6 +189,7 @@ class _Patcher:
         self.usage, self.used, self.patched = usage, used, {}
 
     def patch(self, module) -> None:
+        module = sys.modules.get(module.__name__, module)  # a package that put a lazy module in its own place
         gone = dict(removed().get(module.__name__, {}))
         if _MODELING.match(module.__name__):  # the older helpers, in every native model module
             gone.update({name: None for name in OLDER if name not in vars(module)})
@@ -208,14 +210,66 @@ class _Patcher:
             raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
 
         module.__getattr__ = __getattr__
-        self.patched[module.__name__] = (module, previous)
+        objects = module.__dict__.get("_objects")
+        if "__getattr__" in vars(type(module)) and isinstance(objects, dict):
+            # transformers' own lazy module asks its class's __getattr__, which never reaches a module-level one: its
+            # table of extra objects serves the removed names there
+            module._objects = _Served(objects, gone, module.__name__, usage, used)
+        self.patched[module.__name__] = (module, previous, objects)
 
     def undo(self) -> None:
-        for module, previous in self.patched.values():
+        for module, previous, objects in self.patched.values():
             if previous is None:
                 module.__dict__.pop("__getattr__", None)
             else:
                 module.__getattr__ = previous
+            if isinstance(module.__dict__.get("_objects"), _Served):
+                module._objects = objects
+
+
+class _Served(dict):
+    """A lazy module's table of objects, with the removed names served as they are asked for (and counted)."""
+
+    def __init__(self, objects: dict, gone: dict, module: str, usage: Usage, used: set[str]):
+        super().__init__(objects)
+        self.gone, self.module, self.usage, self.used = gone, module, usage, used
+
+    def _make(self, name: str):
+        if name in self.gone and not dict.__contains__(self, name):
+            return provider(self.module, name, self.gone[name])
+        return None
+
+    def __contains__(self, name) -> bool:
+        return dict.__contains__(self, name) or self._make(name) is not None
+
+    def __getitem__(self, name):
+        if dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        make = self._make(name)
+        if make is None:
+            raise KeyError(name)
+        self.usage.count += 1
+        self.used.add(f"{self.module}.{name}")
+        return make()
+
+
+class _Vanished(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """A module 4.x had that 5.x removed whole (:data:`VANISHED`): an empty module whose removed names the patcher
+    serves, where no real finder has one."""
+
+    def __init__(self, patcher: _Patcher):
+        self.patcher = patcher
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in VANISHED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return None  # the default module object
+
+    def exec_module(self, module) -> None:
+        self.patcher.patch(module)
 
 
 def _imports_a_removed_name(source: str) -> bool:
@@ -254,7 +308,7 @@ def fallback(module: str, name: str, origin: str | None, bound: str | None = Non
         older = OLDER_BLOOM if native_model.group(1) == "bloom" else OLDER
         return definition_named(older[name], bound)
     if name in OWN:
-        return definition_named(OWN[name](), bound)
+        return stand_in_source(name, bound)
     if origin is not None and origin.startswith("value:"):
         return f"{bound} = {json.loads(origin[len('value:') :])!r}"
     if origin is not None and _resolves(origin):
@@ -336,7 +390,11 @@ def module_names_source_fix(sources: dict[str, str], config: dict, model: Any) -
     "Optional or BaseModelOutputWithPast from a model module, find_pruneable_heads_and_indices, is_*_available, "
     "<X>SdpaAttention ...): given back from its 5.x home, as 4.57's stand-in, or 4.57's value",
     upstream="the model's repository (import from the name's current home)",
-    fixes=[("ImportError", _removed_names_pattern()), ("AttributeError", _removed_names_pattern())],
+    fixes=[
+        ("ImportError", _removed_names_pattern()),
+        ("AttributeError", _removed_names_pattern()),
+        ("ModuleNotFoundError", "No module named '(" + "|".join(map(re.escape, VANISHED)) + ")'"),
+    ],
     native=lambda: int(importlib.import_module("transformers").__version__.split(".")[0]) < 5,
     touches=lambda sources: any(_imports_a_removed_name(source) for source in sources),
     source_fix=module_names_source_fix,
@@ -354,9 +412,15 @@ def module_names(path, config: dict) -> Iterator[Usage]:
         if wanted(name):
             patcher.patch(sys.modules[name])
     hook = AfterImport(wanted, patcher.patch).install()
+    vanished = _Vanished(patcher)
+    sys.meta_path.append(vanished)  # after every real finder: a release that still has the module serves it
     try:
         yield usage
     finally:
+        sys.meta_path.remove(vanished)
+        for name in VANISHED:
+            if getattr(sys.modules.get(name), "__loader__", None) is vanished:
+                del sys.modules[name]
         hook.remove()
         patcher.undo()
     if used:
