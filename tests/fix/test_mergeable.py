@@ -356,8 +356,7 @@ def test_a_forward_that_adds_noise_is_seen_as_unsteady():
 def test_the_edit_looks_like_the_file(zoo_folder, tmp_path, entry):
     """Added lines within the file's own width, in its quotes, new absolute imports with its absolute imports, and no
     comment that names the tool."""
-    from loadguard._codemod import preferred_quote
-    from loadguard._codemod import width_of
+    from loadguard._codemod import preferred_quote, width_of
     from loadguard._fix.coverage import added_lines
 
     folder = copied(zoo_folder, entry, tmp_path)
