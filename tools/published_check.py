@@ -93,6 +93,12 @@ import json, sys, torch
 from pathlib import Path
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 folder = sys.argv[1]
+import os, shutil  # every file of the code where transformers copies it: 4.x misses a helper's own siblings
+from transformers.utils import HF_MODULES_CACHE
+modules = Path(HF_MODULES_CACHE, "transformers_modules", Path(folder).name)
+modules.mkdir(parents=True, exist_ok=True)
+for file in Path(folder).glob("*.py"):
+    shutil.copyfile(file, modules / file.name)
 config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
 auto_map = getattr(config, "auto_map", {}) or {}
 cls = AutoModelForCausalLM if "AutoModelForCausalLM" in auto_map else AutoModel

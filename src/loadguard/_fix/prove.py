@@ -217,6 +217,27 @@ def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_
     return {**seen, "synthetic": True}
 
 
+def _every_file_of_the_code(folder: Path) -> None:
+    """Every ``*.py`` of the folder in the copy transformers makes of its code, before it makes it: 4.x copies the
+    modeling file and what it imports relatively, but not what those import in turn (a helper a function imports, whose
+    own sibling then is missing: MOSS's quantization.py and custom_autotune.py), and the load fails with
+    FileNotFoundError; a file transformers copies itself is written over as it writes it."""
+    import os
+    import shutil
+
+    try:
+        from transformers.utils import HF_MODULES_CACHE
+    except ImportError:
+        HF_MODULES_CACHE = os.environ.get("HF_MODULES_CACHE", "")
+    if not HF_MODULES_CACHE:
+        return
+    target = Path(HF_MODULES_CACHE, "transformers_modules", folder.name)
+    target.mkdir(parents=True, exist_ok=True)
+    for file in folder.glob("*.py"):
+        if not (target / file.name).exists():
+            shutil.copyfile(file, target / file.name)
+
+
 def _forget_modules(*names: str) -> None:
     """What transformers copied of both folders into its modules cache (``transformers_modules/lg_*_<tag>``): removed,
     so runs leave nothing behind in the environment."""
@@ -266,6 +287,8 @@ def main() -> None:
             original_link, patched_link = Path(names, f"lg_original_{tag}"), Path(names, f"lg_patched_{tag}")
             original_link.symlink_to(Path(original).resolve(), target_is_directory=True)
             patched_link.symlink_to(Path(patched).resolve(), target_is_directory=True)
+            for link in (original_link, patched_link):
+                _every_file_of_the_code(link)
             try:
                 result = compare(
                     str(original_link), str(patched_link), workarounds, class_name, weightless, values_file, ids
