@@ -89,6 +89,7 @@ bench-run:
 	$(BIN)/python benchmarks/bench_hook.py
 	$(BIN)/python benchmarks/bench_formats.py
 	$(BIN)/python benchmarks/bench_fix.py
+	$(BIN)/python benchmarks/bench_fix_checks.py
 	$(BIN)/python benchmarks/bench_missing.py
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_hub.py

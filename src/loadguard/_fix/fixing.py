@@ -232,7 +232,9 @@ def fix(
     if not plan.files:
         return result
     # what needs no model run first: a patch that does not apply, compile or lint as the original did is never written
+    start = time.perf_counter()
     checked = static_checks({name: plan.original[name] for name in plan.files}, plan.files, diff)
+    seconds["checks"] = time.perf_counter() - start
     if any(proof.ok is False for proof in checked):
         return dataclasses.replace(result, proofs=checked, diff=diff)
     staging, held = stage(folder, target, plan.files, diff, copy_weights)
@@ -252,6 +254,7 @@ def fix(
             )
             current = str(report.versions.get("transformers", ""))
             proofs += (loads_right(document, findings, plan.refused, weightless),)
+            seconds["saves"] = float((document.get("saves") or {}).get("seconds") or 0.0)
             proofs += (
                 saved(document, current, weightless)
                 or Proof(

@@ -5,6 +5,7 @@ compared with the one saved. Run in proof (a)'s process (:mod:`loadguard._fix.pr
 from __future__ import annotations
 
 import tempfile
+import time
 from typing import Any
 
 from .._audit import load_unaudited
@@ -35,6 +36,12 @@ def saves_and_reloads(model: Any, auto_class: str | None, still_wrong: set[str])
     """What a user who fine-tunes does with the fixed copy: ``save_pretrained`` of the model as loaded, then
     ``from_pretrained`` of what it wrote (its code with it, no workaround), every tensor compared with the one saved
     (those ``still_wrong`` after the patch left out)."""
+    start = time.perf_counter()
+    found = _round_trip(model, auto_class, still_wrong)
+    return {**found, "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _round_trip(model: Any, auto_class: str | None, still_wrong: set[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="loadguard-saved-") as folder:
         try:
             model.save_pretrained(folder)
