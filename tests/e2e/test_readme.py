@@ -42,7 +42,9 @@ def test_the_readme_is_short_and_links_every_page():
 
 
 def test_every_python_block_is_run():
-    assert len(PYTHON_BLOCKS) == DOCS.count("```python") == 5
+    # a text quoted whole in a ````markdown block (a PR description as fix writes it) holds its own fences: not ours
+    ours = re.sub(r"````markdown\n.*?\n````", "", DOCS, flags=re.S)
+    assert len(PYTHON_BLOCKS) == ours.count("```python") == 5
 
 
 @pytest.fixture(scope="module")

@@ -132,7 +132,11 @@ def test_the_fixed_copy_loads_right_on_plain_transformers_with_no_workaround(
     result = loadguard.fix(folder, tmp_path / f"{entry}-fixed", trust_remote_code=True)
     assert result.status == "fixed", result.to_json()
     assert sorted(c.kind for c in result.changes) == sorted(kinds)
-    assert all(p.ok for p in result.proofs)
+    outputs = result.proof("same_outputs")
+    if entry == "minicpmv_like":  # (c) runs its language model alone, which holds no changed tensor: not a proof of it
+        assert outputs.ok is None and outputs.detail.startswith("not compared for the change: what ran holds no")
+        assert "the changed resampler.pos_embed lie outside it" in outputs.detail
+    assert all(p.ok for p in result.proofs if p is not outputs) and (outputs.ok or entry == "minicpmv_like")
     assert independent_check(tmp_path / f"{entry}-fixed", entry) == []
 
 

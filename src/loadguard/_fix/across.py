@@ -178,12 +178,14 @@ def same_outputs(
         else []
     )
     if after.get("part") and before.get("part") == after.get("part"):
-        outside = collapse_names(t for t in changed if not t.startswith(f"{after['part']}."))
+        outside = [t for t in changed if not t.startswith(f"{after['part']}.")]
         notes.append(
             f"compared on its sub-model {after['part']} alone: the whole model's forward requires "
             f"{', '.join(after.get('whole_missing') or [])}, which cannot be built from its config"
-            + (f"; the changed {', '.join(outside)} lie outside it and were not compared" if outside else "")
+            + (f"; the changed {', '.join(collapse_names(outside))} lie outside it" if outside else "")
         )
+        if ok and changed and len(outside) == len(changed):  # what it ran holds none of what changed: no proof of it
+            ok, detail = None, f"not compared for the change: what ran holds no changed tensor ({detail})"
     if before.get("set_like_code"):
         notes.append(
             f"the original's outputs on {old} taken with {plural(len(before['set_like_code']), 'tensor')} it loads "
