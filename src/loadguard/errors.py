@@ -86,6 +86,15 @@ def fix_command_line(path: str, *, trust_remote_code: bool = False) -> str:
     return command_line("fix", str(path), trust_remote_code=trust_remote_code, extra=("--out", out))
 
 
+def chain_of(error: BaseException) -> list[BaseException]:
+    """``error`` and the exceptions it was raised from or while handling, innermost last (each once)."""
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
+
+
 class UnknownZooEntryError(LoadguardError, KeyError):
     def __init__(self, name: str, known: Iterable[str]):
         super().__init__(

@@ -13,7 +13,7 @@ __getattr__, __dir__, __all__ = lazy_face(
         "layout": ("fit", "preferred_quote", "requote", "string_literal", "width_of"),
         "nodes": ("after_docstring", "bound_names", "import_of", "parameters_of", "parse_error"),
         "read": ("Branch", "Refused", "recompute"),
-        "rewrite": ("accept_keywords", "config_reads", "import_as"),
+        "rewrite": ("accept_keywords", "config_reads", "import_as", "reads_through"),
         "write": (
             "add_branches",
             "append_to_init",

@@ -53,6 +53,47 @@ def accept_keywords(source: str, function: str, positional: int = 1) -> str:
     return cst.parse_module(source).visit(Widen()).code
 
 
+class _Reads(cst.CSTTransformer):
+    """A transformer of attribute reads that leaves writes alone: assignment targets are not visited, and the targets
+    of ``x: T = ...``, ``x += ...`` and ``del x`` are remembered as writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.written: set = set()
+
+    def is_written(self, node: cst.CSTNode) -> bool:
+        return node in self.written
+
+    def visit_AssignTarget(self, node):
+        return False
+
+    def visit_AnnAssign(self, node):
+        self.written.add(node.target)
+
+    def visit_AugAssign(self, node):
+        self.written.add(node.target)
+
+    def visit_Del(self, node):
+        self.written.add(node.target)
+
+
+def reads_through(source: str, attribute: str, helper: str) -> tuple[str, int]:
+    """Every read of ``<...>.<attribute>`` -> ``<helper>(<...>.<attribute>)``; writes are left alone. Returns the new
+    source and how many reads it wrapped."""
+
+    class Wrap(_Reads):
+        count = 0
+
+        def leave_Attribute(self, original, updated):
+            if updated.attr.value != attribute or self.is_written(original):
+                return updated
+            self.count += 1
+            return cst.Call(func=cst.Name(helper), args=[cst.Arg(updated)])
+
+    wrap = Wrap()
+    return cst.parse_module(source).visit(wrap).code, wrap.count
+
+
 def config_reads(source: str, defaults: dict[str, object]) -> str:
     """Reads of ``<...>config.<name>`` for ``name`` in ``defaults`` -> ``getattr(<...>config, "<name>", default)``, and
     of ``self.<name>`` inside a config class (a ``configuration_*.py`` reading its own generation defaults); assignments
@@ -60,12 +101,11 @@ def config_reads(source: str, defaults: dict[str, object]) -> str:
 
     preferred = preferred_quote(source)
 
-    class Reads(cst.CSTTransformer):
+    class Reads(_Reads):
         def __init__(self):
             super().__init__()
             self.configs: list[bool] = []  # for each class around: whether it is a config class (its reads of self.x)
             self.quotes: list[str] = []  # the delimiters of the f-strings around (before 3.12 none may appear inside)
-            self.written: set = set()  # targets of `x: T = ...` and `x += ...`: writes, not reads
 
         def visit_ClassDef(self, node):
             self.configs.append(any(code_of(b.value).endswith("Config") for b in node.bases))
@@ -81,19 +121,10 @@ def config_reads(source: str, defaults: dict[str, object]) -> str:
             self.quotes.pop()
             return updated
 
-        def visit_AssignTarget(self, node):
-            return False
-
-        def visit_AnnAssign(self, node):
-            self.written.add(node.target)
-
-        def visit_AugAssign(self, node):
-            self.written.add(node.target)
-
         def leave_Attribute(self, original, updated):
             owner = code_of(updated.value)
             inside_config = bool(self.configs) and self.configs[-1] and owner == "self"
-            if original in self.written:
+            if self.is_written(original):
                 return updated
             if updated.attr.value in defaults and (inside_config or owner.split(".")[-1] in ("config", "text_config")):
                 quote = (

@@ -24,7 +24,7 @@ from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, Revi
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from .._infra import cache_folder, inside, write_atomically
-from ..errors import HubAccessError, HubUnreachableError, LoadguardError, ModelNotFoundError
+from ..errors import HubAccessError, HubUnreachableError, LoadguardError, ModelNotFoundError, chain_of
 from .checkpoint import shard_names
 from .preflight import HUB_ID
 
@@ -61,18 +61,9 @@ def _status(error: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
-def _chain(error: BaseException) -> list[BaseException]:
-    """The error and what it was raised from (huggingface_hub wraps an HTTP error in a cache miss)."""
-    chain, seen = [], error
-    while seen is not None and len(chain) < 8:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    return chain
-
-
 def _retryable(error: BaseException) -> bool:
 
-    chain = _chain(error)
+    chain = chain_of(error)
     if any(isinstance(e, (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError)) for e in chain):
         return False
     statuses = [s for s in map(_status, chain) if s is not None]
@@ -239,7 +230,7 @@ def failure(repo_id: Any, error: BaseException, offline: bool, revision: str | N
     """A Hub id that could not be fetched, in one line that says which of these it is: offline or unreachable (nothing
     cached), gated or private (``HF_TOKEN``), no such repository, no such revision, or the Hub failing (5xx, 429)."""
 
-    chain = _chain(error)
+    chain = chain_of(error)
     text = " | ".join(f"{type(e).__name__}: {e}".lower() for e in chain)
     login = "log in (hf auth login) or set HF_TOKEN to a token that can read it"
     if any(isinstance(e, GatedRepoError) or _status(e) == 403 for e in chain):

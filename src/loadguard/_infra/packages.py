@@ -13,20 +13,12 @@ import traceback
 from importlib import metadata
 from pathlib import Path
 
-from ..errors import BrokenEnvironmentError
+from ..errors import BrokenEnvironmentError, chain_of
 
 # the model's own code (a failure there is the model's, said elsewhere) and loadguard's
 _NOT_THE_ENVIRONMENT = frozenset({"transformers_modules", "loadguard"})
 _LAZY_IMPORT = re.compile(r"Could not import module '")  # transformers' lazy module, around the real failure
 _TORCH_REQUIREMENT = re.compile(r"^torch\s*(?:\(\s*)?([<>=!~][^;)]*)")
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    while error is not None and error not in seen:
-        seen.append(error)
-        error = error.__cause__ or error.__context__
-    return seen
 
 
 def _an_import_statement(frames) -> bool:
@@ -78,7 +70,7 @@ def import_failure(error: BaseException) -> BrokenEnvironmentError | None:
     an ``import`` statement raised) and its chain ends in an installed package other than the model's own code: one error
     naming that package, its version, where it was imported from, the torch it wants and the one installed; None
     otherwise."""
-    chain = _chain(error)
+    chain = chain_of(error)
     innermost = chain[-1]
     frames = traceback.extract_tb(innermost.__traceback__)
     if not (any(_LAZY_IMPORT.match(str(e)) for e in chain) or _an_import_statement(frames)):

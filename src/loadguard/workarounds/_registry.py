@@ -20,7 +20,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from ..errors import WorkaroundError
+from ..errors import WorkaroundError, chain_of
 from ..report import WorkaroundStatus
 
 STAGES = ("before_import", "after_load", "runner")
@@ -108,11 +108,11 @@ class Workaround:
         """Whether ``error`` (or an exception it was raised from) is one of the failures this workaround fixes: by its
         declared signatures, or, for a failure that says nothing (a bare ``assert`` on a 4.x config default), by the
         line of the model's code that raised it using what this workaround gives back (``touches``)."""
-        if any(signature.matches(e) for e in _chain(error) for signature in self.fixes):
+        if any(signature.matches(e) for e in chain_of(error) for signature in self.fixes):
             return True
         if self.touches is None:
             return False
-        lines = [line for e in _chain(error) if _says_nothing(e) and (line := _failing_line(e)) is not None]
+        lines = [line for e in chain_of(error) if _says_nothing(e) and (line := _failing_line(e)) is not None]
         return bool(lines) and bool(self.touches(lines))
 
     def applies(self, config: dict) -> bool:
@@ -169,15 +169,6 @@ def _failing_line(error: BaseException) -> str | None:
         if "transformers_modules" in frame.filename:
             line = linecache.getline(frame.filename, frame.lineno).strip() or frame.line or line
     return line
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    """``error`` and the exceptions it was raised from or while handling, innermost last."""
-    seen: list[BaseException] = []
-    while error is not None and error not in seen:
-        seen.append(error)
-        error = error.__cause__ or error.__context__
-    return seen
 
 
 def workaround(

@@ -66,37 +66,12 @@ _ROPE_HELPER = """def _v4_rope_scaling(value):
 def rope_scaling_reads(sources: dict[str, str]) -> tuple[dict[str, str], str]:
     """Reads of ``<...>.rope_scaling`` go through a helper the file defines, giving plain RoPE back as None (what 4.x
     configs held: the code's own ``if rope_scaling is None`` branch runs again); on 4.x the value passes unchanged."""
-    import libcst as cst
-
-    from .._codemod import define_after_imports
+    from .._codemod import define_after_imports, reads_through
 
     edited = {}
     for file, text in _python(sources).items():
-        count = [0]
-
-        class Reads(cst.CSTTransformer):
-            written: set = set()  # targets of `x: T = ...`, `x += ...`, `del x`: writes, not reads
-
-            def visit_AssignTarget(self, node):
-                return False
-
-            def visit_AnnAssign(self, node):
-                self.written.add(node.target)
-
-            def visit_AugAssign(self, node):
-                self.written.add(node.target)
-
-            def visit_Del(self, node):
-                self.written.add(node.target)
-
-            def leave_Attribute(self, original, updated):
-                if updated.attr.value != "rope_scaling" or original in self.written:
-                    return updated
-                count[0] += 1
-                return cst.Call(func=cst.Name("_v4_rope_scaling"), args=[cst.Arg(updated)])
-
-        new = cst.parse_module(text).visit(Reads()).code
-        if count[0]:
+        new, count = reads_through(text, "rope_scaling", "_v4_rope_scaling")
+        if count:
             edited[file] = define_after_imports(new, _ROPE_HELPER)
     return (
         edited,
