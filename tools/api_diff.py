@@ -17,7 +17,12 @@ Entries, each with an ``id`` the workarounds' coverage is written against (``tes
   gone in 5.x;
 - ``signature:CLASS.NAME`` a method whose parameters changed (4.x and 5.x parameters);
 - ``name:MODULE:NAME`` a module-level name gone from a module 5.x still has (with where 4.x's object lived);
-- ``module:MODULE`` a module gone; ``auto:NAME`` an auto class gone.
+- ``module:MODULE`` a module gone: one the dumps list, or one 4.x's objects lived in (``"origin_of"``: a name
+  of a dumped module that 4.x imported from it) that the new side cannot find
+  (``transformers.utils.model_parallel_utils``);
+- ``star:MODULE`` the names a star import of a module 5.x still has brought on 4.x and no longer brings, though the
+  module still has them (``"lost"``: 5.x's modules declare ``__all__``; ``from ...modeling_bart import *`` then
+  ``BartConfig``); ``auto:NAME`` an auto class gone.
 """
 
 from __future__ import annotations
@@ -49,9 +54,39 @@ def diff(old: dict, new: dict) -> dict:
             continue
         for name in sorted(set(names) - set(new["modules"][module])):
             entries.append({"id": f"name:{module}:{name}", "origin": names[name]})
+    entries += _vanished_homes(old, new)
+    entries += _star_losses(old, new)
     for name in sorted(set(old["auto"]) - set(new["auto"])):
         entries.append({"id": f"auto:{name}"})
     return {"from": old["transformers"], "to": new["transformers"], "entries": entries}
+
+
+def _vanished_homes(old: dict, new: dict) -> list[dict]:
+    """The modules 4.x's objects lived in that no dump lists and the new side has not dumped: candidates, each with
+    one name that came from it; :func:`resolvable` keeps those the new side cannot find."""
+    homes: dict[str, str] = {}
+    for module, names in sorted(old["modules"].items()):
+        for name, origin in sorted((names or {}).items()):
+            if not origin or origin.startswith(("value:", "typing:")) or not origin.startswith("transformers"):
+                continue
+            home = origin.partition(":")[0] if ":" in origin else origin
+            if home not in old["modules"] and home not in new["modules"]:
+                homes.setdefault(home, f"{module}:{name}")
+    return [{"id": f"module:{home}", "origin_of": name, "vanished": True} for home, name in sorted(homes.items())]
+
+
+def _star_losses(old: dict, new: dict) -> list[dict]:
+    """Per module both sides have: the names a star import brought on the old side and does not on the new one,
+    though the module still has them (a name gone from the module is its own ``name:`` entry)."""
+    entries = []
+    for module, before in sorted(old.get("stars", {}).items()):
+        after, present = new.get("stars", {}).get(module), new["modules"].get(module)
+        if after is None or present is None:
+            continue
+        lost = sorted((set(before) - set(after)) & set(present))
+        if lost:
+            entries.append({"id": f"star:{module}", "lost": lost})
+    return entries
 
 
 def merged(old: dict, new: dict, older: list[dict]) -> dict:
@@ -76,6 +111,7 @@ def resolvable(result: dict) -> dict:
     """Drop the name entries the running transformers gives after all, when it is the diff's new side: a lazy
     module's fallbacks resolve names no table lists (5.x's ``AlbertTokenizerFast`` is ``AlbertTokenizer``)."""
     import importlib
+    import importlib.util
     import warnings
 
     import transformers
@@ -86,6 +122,14 @@ def resolvable(result: dict) -> dict:
     kept = []
     for entry in result["entries"]:
         kind, _, rest = entry["id"].partition(":")
+        if entry.get("vanished"):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    if importlib.util.find_spec(rest) is not None:
+                        continue
+            except Exception:
+                pass
         if kind == "name":
             module, _, name = rest.partition(":")
             try:

@@ -8,7 +8,7 @@ with each method's parameters), ``modules``
 (module-level names, each with where its object lives, of ``transformers`` and the modules remote code imports from
 (:data:`CORE_MODULES`: ``modeling_utils``, ``pytorch_utils``, ``activations``, ``cache_utils``, ``onnx`` ...) and, with ``--modules all``, every
 ``transformers.models.*.modeling_*`` module; a module that does not exist is recorded as absent), ``auto`` (the auto
-classes). ``tools/api_diff.py`` compares two dumps.
+classes), ``stars`` (what a star import of each module brings).  ``tools/api_diff.py`` compares two dumps.
 """
 
 from __future__ import annotations
@@ -137,6 +137,16 @@ def _module_names(name: str) -> dict[str, str | None] | None:
     return dict(sorted(names.items()))
 
 
+def _star_names(name: str) -> list[str]:
+    """What ``from <name> import *`` brings: ``__all__`` where the module declares it, else every name of it not
+    starting with ``_`` (a 4.x modeling module without ``__all__`` brought its config, layers, ``nn``, ``torch``)."""
+    module = sys.modules[name]
+    declared = getattr(module, "__all__", None)
+    if declared is not None:
+        return sorted(str(n) for n in declared)
+    return sorted(n for n in vars(module) if not n.startswith("_"))
+
+
 def _lazy_names(module) -> dict[str, str | None]:
     """The names a lazy module (transformers' ``_LazyModule``) gives on first access and ``vars()`` does not hold yet,
     each with the submodule it would import it from, read from the module's own tables (nothing is imported: many
@@ -206,6 +216,7 @@ def collect() -> dict:
                     names.append(f"{package}.{sub.name}")
     for name in names:
         surface["modules"][name] = _module_names(name)
+    surface["stars"] = {name: _star_names(name) for name in names if surface["modules"][name] is not None}
     # an object with no __module__ (a dict such as ACT2FN, a constant): where it is defined, found by identity
     homes: dict[int, str] = {}
     for module_name, module in sorted(sys.modules.items()):

@@ -4,6 +4,7 @@ with the reason, and what the workarounds claim to give back, they give back."""
 from __future__ import annotations
 
 import importlib
+import shutil
 import warnings
 
 import pytest
@@ -100,9 +101,9 @@ def test_every_name_the_workaround_claims_is_given_back(zoo_folder):
     with warnings.catch_warnings(), registry.using(["v4-module-names"], zoo_folder("clean")):
         warnings.simplefilter("ignore")
         for entry_id in covered:
-            _, module, name = entry_id.split(":", 2)
+            kind, module, name = (entry_id.split(":", 2) + [""])[:3]
             try:
-                getattr(importlib.import_module(module), name)
+                getattr(importlib.import_module(module), name) if kind == "name" else importlib.import_module(module)
             except Exception as error:
                 failed.append(f"{entry_id}: {type(error).__name__}: {error}")
     assert failed == []
@@ -160,3 +161,45 @@ def test_older_private_mask_helpers_of_native_modules(zoo_folder):
     assert _make_causal_mask((1, 2), torch.float32, "cpu")[0, 0].tolist() == [[0.0, lowest], [0.0, 0.0]]
     with pytest.raises(ImportError):
         from transformers.models.bloom.modeling_bloom import _expand_mask  # noqa: F401  (only inside the workaround)
+
+
+def test_the_diff_finds_what_vanished_whole_and_what_star_imports_lost():
+    """A module 4.x's objects lived in that 5.x removed whole (found from where the dumped names' objects lived, not
+    from a list), and the names a star import of a native module brought on 4.x that 5.x's ``__all__`` leaves out."""
+    entries = {e["id"]: e for e in v4_names.diff()["entries"]}
+    vanished = entries["module:transformers.utils.model_parallel_utils"]
+    assert vanished["vanished"] and vanished["origin_of"].endswith((":assert_device_map", ":get_device_map"))
+    assert "BartConfig" in entries["star:transformers.models.bart.modeling_bart"]["lost"]
+    assert "BertEmbeddings" in entries["star:transformers.models.bert.modeling_bert"]["lost"]
+    for removed in (
+        "name:transformers.utils:LossKwargs",
+        "name:transformers.cache_utils:HybridCache",
+        "name:transformers.pytorch_utils:prune_conv1d_layer",
+        "name:transformers:top_k_top_p_filtering",
+    ):
+        assert removed in entries, removed
+    if IS_V5:
+        assert api_coverage.coverage("module:transformers.utils.model_parallel_utils") == (
+            "covered",
+            "v4-module-names",
+        )
+        assert api_coverage.coverage("star:transformers.models.bart.modeling_bart") == ("covered", "v4-star-imports")
+
+
+@needs_v5
+def test_a_star_import_under_the_workaround_brings_what_4x_brought(zoo_folder, tmp_path):
+    """What the diff lists as lost for BART's and BERT's modeling modules, a star import gives back while
+    v4-star-imports is active (the model's code star-imports them), and only then."""
+    entries = {e["id"]: e for e in v4_names.diff()["entries"]}
+    folder = tmp_path / "star"
+    shutil.copytree(zoo_folder("clean"), folder)
+    modules = ("transformers.models.bart.modeling_bart", "transformers.models.bert.modeling_bert")
+    (folder / "uses_stars.py").write_text("".join(f"from {m} import *\n" for m in modules))
+    for module in modules:
+        with registry.using(["v4-star-imports"], folder):
+            brought: dict = {}
+            exec(f"from {module} import *", brought)
+        assert set(entries[f"star:{module}"]["lost"]) <= set(brought), module
+        outside: dict = {}
+        exec(f"from {module} import *", outside)
+        assert not set(entries[f"star:{module}"]["lost"]) & set(outside)

@@ -33,6 +33,7 @@ STAR = """
 from transformers.models.bert.modeling_bert import *  # noqa: F403
 
 EMBEDDINGS = BertEmbeddings  # noqa: F405
+LOGGER = logging.get_logger(__name__)  # noqa: F405  (a module the 4.x star import brought too)
 """
 ROPE = "        assert config.rope_scaling is None\n"
 
@@ -84,3 +85,19 @@ def test_code_that_cannot_load_on_5_loads_with_auto_and_gets_its_source_fix(zoo_
     assert compiles(patched).ok and lint_parity(original, patched).ok
     fixed = loadguard.load("AutoModelForCausalLM", tmp_path / "fixed", trust_remote_code=True, on_problem="warn")
     assert fixed.loadguard_report.workarounds == ()  # the copy loads with none
+
+
+@needs_v5
+def test_the_star_import_source_fix_binds_modules_from_where_they_live(zoo_folder, tmp_path):
+    """4.x's star import brought the module's own imports too (``logging``): the source fix imports
+    ``transformers.utils.logging as logging``, and the layer class from the native module by name."""
+    folder = _variant(zoo_folder, tmp_path, "star_import", STAR, None)
+    sources = {p.name: p.read_text() for p in folder.glob("*.py")}
+    edited, description = loadguard.workarounds.get("v4-star-imports").source_fix(sources, {}, None)
+    text = edited["modeling_lgtoy.py"]
+    star = "from transformers.models.bert.modeling_bert import *  # noqa: F403\n"
+    assert (
+        star + "import transformers.utils.logging as logging\n"
+        "from transformers.models.bert.modeling_bert import BertEmbeddings\n"
+    ) in text
+    assert "BertEmbeddings, logging" in description

@@ -16,6 +16,8 @@ from .v4_auto import V4_AUTO_CLASSES
 from .v4_generate import HOOK
 from .v4_names import diff, provider
 from .v4_runtime import LEGACY_CACHE
+from .v4_standins import VANISHED
+from .v4_star import NATIVE
 
 # (names matching the pattern, why v4-module-names gives no stand-in): the name entries no workaround serves
 NAMES_DECLINED: tuple[tuple[str, str], ...] = (
@@ -100,9 +102,47 @@ DECLINED: tuple[tuple[str, str], ...] = (
         "loading or running a model",
     ),
     (
+        r"^module:transformers\.(models\.[\w.]+\.(modeling_(tf|flax)_\w+|modeling_flax_auto|tokenization_bert_tf)|"
+        r"modeling_tf_pytorch_utils|training_args_tf|utils\.dummy_(tf|flax|keras_nlp|tensorflow_text)_objects)$",
+        "a TensorFlow or Flax module: transformers 5 removed both backends; a PyTorch load never imports one",
+    ),
+    (
+        r"^module:transformers\.models\.[\w.]+\.tokenization_\w+_fast$",
+        "a fast tokenizer's module: 5.x keeps one tokenization module per model, and the class under its 4.x name at "
+        "the top level (from transformers import LlamaTokenizerFast works on 4.x and 5.x): a tokenizer file that "
+        "imports the _fast module must import from transformers (a model's load imports its modeling files)",
+    ),
+    (
+        r"^module:transformers\.models\.[\w.]+\.feature_extraction_\w+$",
+        "an image feature extractor's module (4.x's name for an image processor): v4-module-names gives the top-level "
+        "name back (from transformers import CLIPFeatureExtractor); an import from the module must use that",
+    ),
+    (
+        r"^module:transformers\.onnx\.\w+$",
+        "a submodule of transformers.onnx: v4-onnx-module gives the package's names back (from transformers.onnx "
+        "import OnnxConfig, what configuration files import); only an export imports the submodules",
+    ),
+    (
+        r"^module:transformers\.utils\.dummy_\w+_objects$",
+        "placeholders 4.x raised an ImportError with when a backend (sentencepiece, timm) was missing: never a working "
+        "object to give back",
+    ),
+    (
+        r"^module:transformers\.(agents|tools|benchmark|benchmark\.\w+|commands|convert_\w+|data\.datasets|sagemaker|"
+        r"utils\.metrics)$",
+        "transformers' tooling around models (agents and tools, benchmarks, CLI commands, conversion scripts, dataset "
+        "helpers, SageMaker, usage metrics): loading or running a model never imports it",
+    ),
+    (
+        r"^module:transformers\.(generation_utils|generation\.beam_constraints|generation\.beam_search)$",
+        "4.x's generate loop (generation_utils moved to transformers.generation in 4.26, then kept as a shim until "
+        "4.36; the beam scorers and constraints went with 5.x's rewritten loop): code that imports it must be "
+        "ported (GenerationMixin: from transformers import GenerationMixin)",
+    ),
+    (
         r"^module:transformers\.models\.[\w.]+$",
-        "a native model transformers deprecated, then removed: remote code that imports its modeling module must "
-        "carry its own copy",
+        "a module of a native model transformers deprecated, then removed, or renamed (archive maps, custom-kernel "
+        "loaders): remote code that imports it must carry its own copy",
     ),
     (
         r"^model:GenerationMixin\.",
@@ -202,6 +242,10 @@ def coverage(entry_id: str) -> tuple[str, str]:
         )
     if entry_id == "module:transformers.onnx":
         return "covered", "v4-onnx-module"
+    if kind == "module" and rest in VANISHED:
+        return "covered", "v4-module-names"
+    if kind == "star" and NATIVE.match(rest):
+        return "covered", "v4-star-imports"
     if kind == "config":
         if rest in V4_GENERATION_DEFAULTS:
             return "covered", "v4-config-generation-defaults"

@@ -18,7 +18,7 @@ from .._infra import AfterImport
 from ._registry import Signature, Usage, model_code, workaround
 from .remote_code import has_remote_code
 
-_NATIVE = re.compile(r"^transformers\.models\.\w+\.(modeling|configuration)_\w+$")
+NATIVE = re.compile(r"^transformers\.models\.\w+\.(modeling|configuration)_\w+$")
 _STAR = re.compile(r"^\s*from\s+(transformers\.models\.\w+\.(?:modeling|configuration)_\w+)\s+import\s+\*", re.M)
 
 
@@ -31,11 +31,7 @@ def _lost(module) -> list[str]:
     declared = set(getattr(module, "__all__", ()) or ())
     if not declared:
         return []
-    return [
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_") and name not in declared and not isinstance(value, type(sys))
-    ]
+    return [name for name in vars(module) if not name.startswith("_") and name not in declared]
 
 
 def _a_lost_name(error: BaseException) -> bool:
@@ -57,6 +53,20 @@ def _a_lost_name(error: BaseException) -> bool:
         if name in _lost(module):
             return True
     return False
+
+
+def _imports_of(module, module_name: str, wanted: list[str]) -> list[str]:
+    """The import statements that bind ``wanted`` as the star import of ``module`` did on 4.x: a module it had
+    imported (``nn``, ``math``) from where it lives, the rest from ``module_name``."""
+    modules = [n for n in wanted if isinstance(vars(module)[n], type(sys))]
+    lines = [
+        f"import {vars(module)[n].__name__}\n"
+        if vars(module)[n].__name__ == n
+        else f"import {vars(module)[n].__name__} as {n}\n"
+        for n in modules
+    ]
+    objects = [n for n in wanted if n not in modules]
+    return lines + ([f"from {module_name} import {', '.join(objects)}\n"] if objects else [])
 
 
 def star_imports_source_fix(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
@@ -82,17 +92,16 @@ def star_imports_source_fix(sources: dict[str, str], config: dict, model) -> tup
             if not isinstance(node.names, cst.ImportStar) or node.module is None:
                 continue
             module_name = cst.Module(body=[]).code_for_node(node.module)
-            if not _NATIVE.match(module_name):
+            if not NATIVE.match(module_name):
                 continue
             try:
                 module = importlib.import_module(module_name)
             except ImportError:
                 continue
             wanted = sorted(set(_lost(module)) & used)
-            if wanted:
-                extra = cst.parse_statement(f"from {module_name} import {', '.join(wanted)}\n")
-                body.insert(index + 1, extra)
-                named += wanted
+            for extra in reversed(_imports_of(module, module_name, wanted)):
+                body.insert(index + 1, cst.parse_statement(extra))
+            named += wanted
         if named:
             edited[file] = tree.with_changes(body=body).code
     return edited, (
@@ -110,7 +119,7 @@ def star_imports_source_fix(sources: dict[str, str], config: dict, model) -> tup
     "import of them brings every public name again",
     upstream="the model's repository (import the names it uses by name)",
     fixes=[Signature("NameError", r"^name '\w+' is not defined", when=_a_lost_name)],
-    native=lambda: not any(_lost(m) for name, m in list(sys.modules.items()) if _NATIVE.match(name) and m is not None),
+    native=lambda: not any(_lost(m) for name, m in list(sys.modules.items()) if NATIVE.match(name) and m is not None),
     touches=lambda sources: any(_star_modules(source) for source in sources),
     source_fix=star_imports_source_fix,
 )
@@ -143,4 +152,4 @@ def star_imports(path, config: dict) -> Iterator[Usage]:
         usage.detail = f"star imports of {', '.join(sorted(widened))} bring every public name, as on 4.x"
 
 
-__all__ = ["star_imports", "star_imports_source_fix"]
+__all__ = ["NATIVE", "star_imports", "star_imports_source_fix"]
