@@ -40,5 +40,5 @@ def test_classes_tying_to_the_same_weight_are_one_sentence():
     model = torch.nn.ModuleDict({"a": LgA(), "b": LgB()})
     changed, said = tied_weights_source({"modeling_x.py": source}, {}, model)
     assert "_tied_weights_keys = {'lm_head.weight': 'embed_tokens.weight'}" in changed["modeling_x.py"]
-    assert said.count("maps to embed_tokens.weight") == 1
-    assert said.startswith("LgA, LgB: _tied_weights_keys maps to embed_tokens.weight")
+    assert said["modeling_x.py"].count("maps to embed_tokens.weight") == 1
+    assert said["modeling_x.py"].startswith("LgA, LgB: _tied_weights_keys maps to embed_tokens.weight")

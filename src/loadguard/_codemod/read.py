@@ -62,9 +62,9 @@ class Refused(Exception):
     """This line cannot be turned into a recompute mechanically; ``str()`` says why and what to change by hand.
 
     A source fix that could make some of its edits raises it with them: ``changed`` (file -> text) and ``description``
-    are what it did, the message what it left for a person."""
+    are what it did (one text, or one per file), the message what it left for a person."""
 
-    def __init__(self, reason: str, changed: dict[str, str] | None = None, description: str = ""):
+    def __init__(self, reason: str, changed: dict[str, str] | None = None, description: str | dict[str, str] = ""):
         super().__init__(reason)
         self.changed = dict(changed or {})
         self.description = description

@@ -185,12 +185,10 @@ def plan_fix(
 
     plan = Plan(*sources(folder))
     config = json.loads(plan.original.get("config.json", "{}"))
-    _workaround_edits(plan, [registry.get(n) for n in workaround_names], config, model)
+    _workaround_edits(plan, [registry.get(n) for n in workaround_names if n != _TIES], config, model)
     untied = tuple(f.tensor for f in report.failures if f.check == "tied_weights")
-    if (
-        untied and _TIES not in workaround_names
-    ):  # a v4 tie list the load read without failing: the same edit answers it
-        _workaround_edits(plan, [registry.get(_TIES)], config, model, untied, quiet=True)
+    if untied or _TIES in workaround_names:  # the tie edit answers the untied tensors, needed by the load or not
+        _workaround_edits(plan, [registry.get(_TIES)], config, model, untied, quiet=_TIES not in workaround_names)
     branches: dict[tuple[str, str], list[_codemod.Branch]] = {}
     keep: dict[tuple[str, str], set[str]] = {}
     overwritten: dict[tuple[str, str], list[str]] = {}
@@ -440,7 +438,8 @@ def _workaround_edits(
             if text == plan.source(name):
                 continue
             plan.edit(name, text)
-            plan.changes.append(Change(name, ChangeKind.WORKAROUND, description, tensors, item.name))
+            said = description.get(name, "") if isinstance(description, dict) else description  # per file, or one
+            plan.changes.append(Change(name, ChangeKind.WORKAROUND, said, tensors, item.name))
         if (
             not changed
             and not quiet

@@ -91,7 +91,8 @@ def _v4_list(module: nn.Module, dot: str, listed) -> list[Tie]:
         text_config = config.get_text_config(decoder=True) if config is not None else None
     except Exception:
         text_config = config
-    tie_words = bool(getattr(text_config, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False)))
+    # a config without the attribute: 4.x's default, True (transformers 5's configs may lack it; 4.x's never did)
+    tie_words = bool(getattr(text_config, "tie_word_embeddings", getattr(config, "tie_word_embeddings", True)))
     try:
         output = module.get_output_embeddings()
     except Exception:  # the model's own code

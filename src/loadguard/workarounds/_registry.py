@@ -90,9 +90,9 @@ class Workaround:
     native: Callable[[], bool] | None = None
     """``before_import``: whether the running transformers / torch has what the workaround gives back (then it
     does nothing, and is ``stale`` for the models that use that thing)."""
-    source_fix: Callable[[dict[str, str], dict, Any], tuple[dict[str, str], str]] | str | None = None
+    source_fix: Callable[[dict[str, str], dict, Any], tuple[dict[str, str], str | dict[str, str]]] | str | None = None
     """The edit of the model's own files this workaround stands for (``loadguard fix``): ``(sources, config, model) ->
-    (changed sources, what it did)`` over the folder's ``*.py`` files and ``config.json`` by name (``model``: the model
+    (changed sources, what it did: one sentence, or one per changed file)`` over the folder's ``*.py`` files and ``config.json`` by name (``model``: the model
     as the load built it, for what only it knows); or a sentence saying why there is none (the model needs no edit on
     transformers 5, or only a person can make it)."""
     touches: Callable[[list[str]], bool] | None = None
@@ -183,7 +183,7 @@ def workaround(
     fixes: Sequence[tuple[str, str] | Signature] = (),
     native: Callable[[], bool] | None = None,
     touches: str | Callable[[list[str]], bool] | None = None,
-    source_fix: Callable[[dict[str, str], dict, Any], tuple[dict[str, str], str]] | str | None = None,
+    source_fix: Callable[[dict[str, str], dict, Any], tuple[dict[str, str], str | dict[str, str]]] | str | None = None,
 ):
     """Register the decorated function as workaround ``name`` (see the module docstring for stages).
 

@@ -182,6 +182,14 @@ def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | No
     return first
 
 
+TIE_DEFAULT_ON_5 = (
+    'if not hasattr(self, "tie_word_embeddings"):  # transformers 4 configs defaulted it to True; 5 has no default\n'
+    "    self.tie_word_embeddings = True"
+)
+"""What a config class of the model's own gets when its model's v4 tie list becomes a mapping and its config.json does
+not say ``tie_word_embeddings`` (4.x saved only what differed from its default, True): without the attribute,
+transformers 5 ties nothing. On 4.x the attribute is always there, and the line does nothing."""
+
 POST_INIT_ON_5 = (
     'if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 needs post_init()\n    self.post_init()'
 )
@@ -190,10 +198,11 @@ transformers 4 runs exactly the code it loaded before (a new ``post_init()`` the
 construction, which this code never did on 4.x)."""
 
 
-def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], str]:
+def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[dict[str, str], dict[str, str]]:
     """The source fix of ``v4-tied-weights-keys``: a v4 ``_tied_weights_keys`` list becomes transformers 5's mapping
     ``{tied key: the input embeddings' weight}`` (iterating it gives 4.x the same keys), and a model class whose
-    ``__init__`` never calls ``post_init()`` calls it last, where transformers 5 runs (:data:`POST_INIT_ON_5`)."""
+    ``__init__`` never calls ``post_init()`` calls it last, where transformers 5 runs (:data:`POST_INIT_ON_5`). What it
+    did is said per file it changed."""
 
     from transformers import PreTrainedModel
 
@@ -208,8 +217,11 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     )
 
     changed = dict(_python(sources))
-    done, left = [], []
-    mapped: dict[str, list[str]] = {}  # what the tied keys map to -> the classes whose list became that mapping
+    done: list[tuple[str, str]] = []  # (file, what was done there)
+    left = []
+    mapped: dict[
+        tuple[str, str], list[str]
+    ] = {}  # what the tied keys map to -> the classes whose list became that mapping
     for name, text in list(changed.items()):
         for cls, value in class_assignments(text, "_tied_weights_keys").items():
             if not value.lstrip().startswith(("[", "(")):
@@ -239,9 +251,12 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
                 + "}"
             )
             changed[name] = text = set_class_attribute(text, cls, "_tied_weights_keys", mapping)
-            mapped.setdefault(source, []).append(cls)
-    for source, classes in mapped.items():  # one sentence per target, however many classes tie to it
-        done.append(f"{', '.join(classes)}: _tied_weights_keys maps to {source}")
+            mapped.setdefault((name, source), []).append(cls)
+    for (name, source), classes in mapped.items():  # one sentence per target, however many classes tie to it
+        done.append((name, f"{', '.join(classes)}: _tied_weights_keys maps to {source}"))
+    if mapped and "tie_word_embeddings" not in config:
+        changed, said = _tie_default(changed, model)
+        done += said
     classes = _class_sources(changed)
     for cls in sorted(_model_classes(model, PreTrainedModel), key=lambda k: k.__name__):
         target = _needs_post_init(cls, classes)
@@ -251,12 +266,37 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
                 append_to_init(changed[file], target, POST_INIT_ON_5), ["import transformers"]
             )
             classes = _class_sources(changed)
-            done.append(f"{target}.__init__ ends with self.post_init() where transformers 5 runs")
+            done.append((file, f"{target}.__init__ ends with self.post_init() where transformers 5 runs"))
     edited = {n: t for n, t in changed.items() if t != sources[n]}
-    said = "; ".join(done) + " (written for transformers 4.x's tying)"
+    said = {
+        file: "; ".join(what for where, what in done if where == file) + " (written for transformers 4.x's tying)"
+        for file in edited
+    }
     if left:
         raise Refused("; ".join(left), edited, said)
     return edited, said
+
+
+def _tie_default(changed: dict[str, str], model) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """The model's own config class (its files define it, and this transformers gave it no ``tie_word_embeddings``)
+    ends its ``__init__`` with :data:`TIE_DEFAULT_ON_5`."""
+    from transformers import PretrainedConfig
+
+    from .._codemod import append_to_init
+
+    config = getattr(model, "config", None)
+    if config is None or hasattr(
+        PretrainedConfig(), "tie_word_embeddings"
+    ):  # this transformers gives every config one
+        return changed, []
+    name = type(config).__name__
+    file = _class_sources(changed).get(name, (None, None))[0]
+    if file is None or "tie_word_embeddings" in changed[file]:  # not the model's own, or it says it itself
+        return changed, []
+    changed = {**changed, file: append_to_init(changed[file], name, TIE_DEFAULT_ON_5)}
+    return changed, [
+        (file, f"{name}.__init__ keeps transformers 4's tie_word_embeddings=True where config.json does not say")
+    ]
 
 
 def _model_classes(model, base: type) -> set[type]:
@@ -315,7 +355,7 @@ def v4_tied_weights_keys(path, config: dict) -> Iterator[Usage]:
             usage.count += 1
             embeddings = self.get_input_embeddings()
             source = next(n for n, m in self.named_modules() if m is embeddings) + ".weight"
-            if not getattr(self.config, "tie_word_embeddings", False):
+            if not getattr(self.config, "tie_word_embeddings", True):  # absent: 4.x's default, True
                 return {}
             return {key: source for key in keys}
         return original(self, all_submodels=all_submodels)

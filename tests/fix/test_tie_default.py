@@ -1,0 +1,65 @@
+"""A v4 model whose config.json does not say ``tie_word_embeddings`` (4.x saved only what differed from its default,
+True): transformers 5's configs have no default, so the head a 4.x load tied is left as random initialization. The
+audit expects 4.x's tie; ``fix`` makes the model's own config class keep 4.x's default, and the copy ties on plain 5.x.
+Shaped like Falcon's remote code of 2023 (tied ``lm_head``, absent from its checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import loadguard
+
+from ..conftest import IS_V5, TRANSFORMERS_VERSION
+
+needs_v5 = pytest.mark.skipif(not IS_V5, reason=f"transformers {TRANSFORMERS_VERSION} gives every config the default")
+
+GUARD = 'if not hasattr(self, "tie_word_embeddings"):'
+
+
+def _silent_tie(zoo_folder, tmp_path: Path, *, say: bool | None) -> Path:
+    """The zoo's v4 model (a v4 tie list, no post_init) tying its head, its checkpoint without ``lm_head.weight``;
+    ``say``: what config.json says of ``tie_word_embeddings`` (None: nothing, as 4.x wrote it)."""
+    folder = tmp_path / "silent_tie"
+    shutil.copytree(zoo_folder("v4_tied_weights"), folder)
+    toy = folder / "configuration_lgtoy.py"
+    toy.write_text(toy.read_text().replace('kwargs.setdefault("tie_word_embeddings", False)', "pass"))
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("tie_word_embeddings", None)
+    if say is not None:
+        config["tie_word_embeddings"] = say
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    weights = load_file(folder / "model.safetensors")
+    weights.pop("lm_head.weight", None)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+@needs_v5
+def test_fix_keeps_4x_tie_default_and_the_copy_ties_on_plain_5(zoo_folder, tmp_path):
+    folder = _silent_tie(zoo_folder, tmp_path, say=None)
+    model = loadguard.load("AutoModelForCausalLM", folder, trust_remote_code=True, workarounds="auto")
+    assert torch.equal(model.lm_head.weight, model.embed_tokens.weight)  # 4.x's meaning, under the workaround
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
+    config_code = (tmp_path / "fixed" / "configuration_lgv4.py").read_text()
+    assert GUARD in config_code and "self.tie_word_embeddings = True" in config_code
+    said = {c.file: c.description for c in result.changes}
+    assert "keeps transformers 4's tie_word_embeddings=True" in said["configuration_lgv4.py"]
+    assert "keeps transformers 4's" not in said.get("modeling_lgv4.py", "")  # each file says what changed in it
+    assert not any("lm_head.weight" in r.tensor for r in result.refused), result.refused
+    fixed = loadguard.load("AutoModelForCausalLM", tmp_path / "fixed", trust_remote_code=True, poison=True)
+    assert fixed.loadguard_report.workarounds == () and fixed.loadguard_report.ok
+    assert torch.equal(fixed.lm_head.weight, fixed.embed_tokens.weight)
+
+
+@needs_v5
+def test_a_config_that_says_untied_gets_no_tie(zoo_folder, tmp_path):
+    folder = _silent_tie(zoo_folder, tmp_path, say=False)
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
+    assert GUARD not in (tmp_path / "fixed" / "configuration_lgv4.py").read_text()
+    assert not any("tie_word_embeddings" in c.description for c in result.changes)
