@@ -44,3 +44,10 @@ def record(name: str, value: float, *, better: str = "lower", unit: str = "") ->
         raise ValueError(f"better={better!r}: lower or higher")
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps({"name": name, "value": float(value), "better": better, "unit": unit}) + "\n")
+
+
+def verdict(label: str, ratio: float, target: float, *, name: str, digits: int = 2) -> None:
+    """Print a ratio against its target (``label: 1.04x (target <= 1.10x): ok``) and keep it for the speed guard."""
+    state = "ok" if ratio <= target else "OVER TARGET"
+    print(f"{label}: {ratio:.{digits}f}x (target <= {target:.2f}x): {state}")
+    record(name, ratio, unit="x")

@@ -89,10 +89,9 @@ def main() -> None:
         median = statistics.median(values)
         print(f"  {mode:<17} {median * 1000:7.2f} ms per load  ({median / plain:.3f}x plain)")
     ratio = statistics.median(times["through the hook"]) / plain
-    print(f"through the hook / plain: {ratio:.3f}x (target <= 1.10x): {'ok' if ratio <= 1.10 else 'OVER TARGET'}")
     import _machine
 
-    _machine.record("plugin hook on a native load / plain", ratio, unit="x")
+    _machine.verdict("through the hook / plain", ratio, 1.10, name="plugin hook on a native load / plain", digits=3)
 
 
 if __name__ == "__main__":

@@ -68,10 +68,9 @@ def main() -> None:
             f"  {mode:<12} {median:6.2f} s  ({median / plain:.2f}x plain)  runs: {', '.join(f'{v:.2f}' for v in values)}"
         )
     ratio = statistics.median(times["fail"]) / plain
-    print(f"--loadguard=fail / plain: {ratio:.2f}x (target <= 1.15x): {'ok' if ratio <= 1.15 else 'OVER TARGET'}")
     import _machine
 
-    _machine.record("plugin --loadguard=fail / plain", ratio, unit="x")
+    _machine.verdict("--loadguard=fail / plain", ratio, 1.15, name="plugin --loadguard=fail / plain")
 
 
 if __name__ == "__main__":
