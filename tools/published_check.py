@@ -112,9 +112,14 @@ with using(["remote-code-typing-aliases"], folder):  # one block: remote modules
         for parameter in model.parameters():
             if not torch.isfinite(parameter).all() or parameter.abs().max() > 1e4:
                 parameter.normal_(0.0, 0.02)
-    model.save_pretrained(folder + "/.saved", safe_serialization=True)
+    try:
+        model.save_pretrained(folder + "/.saved", safe_serialization=True)
+    except RuntimeError as error:  # tied weights its 4.x does not declare (Falcon's RW code): as it was published then
+        if "shared tensors" not in str(error):
+            raise
+        model.save_pretrained(folder + "/.saved", safe_serialization=False)
     for file in Path(folder + "/.saved").iterdir():
-        if file.suffix == ".safetensors" or file.name.endswith(".index.json"):
+        if file.suffix in (".safetensors", ".bin") or file.name.endswith(".index.json"):
             file.rename(Path(folder) / file.name)
     torch.manual_seed(0)
     loaded = cls.from_pretrained(folder, trust_remote_code=True).eval()
@@ -318,7 +323,9 @@ def main() -> None:
             )[1]
         )
         bare = base / "bare"
-        shutil.copytree(original, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.index.json", ".saved"))
+        shutil.copytree(
+            original, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.index.json", ".saved")
+        )
         for label, folder in (("with_weights", original), ("weightless", bare)):
             out_folder = base / f"fixed-{label}"
             code, out, err = run(
@@ -347,7 +354,7 @@ def main() -> None:
             ]
             entry["proofs"] = [f"{p['name']} {p['ok']}: {p['detail'][:200]}" for p in document.get("proofs", [])]
             if out_folder.exists():
-                for weights in original.glob("*.safetensors"):
+                for weights in [*original.glob("*.safetensors"), *original.glob("*.bin")]:
                     if not (out_folder / weights.name).exists():
                         shutil.copy(weights, out_folder / weights.name)
                 entry["check"] = last_json(
