@@ -63,3 +63,29 @@ def test_a_config_that_says_untied_gets_no_tie(zoo_folder, tmp_path):
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
     assert GUARD not in (tmp_path / "fixed" / "configuration_lgv4.py").read_text()
     assert not any("tie_word_embeddings" in c.description for c in result.changes)
+
+
+@needs_v5
+def test_a_base_class_init_gets_no_early_post_init_and_the_copy_builds_from_its_config(zoo_folder, tmp_path):
+    """Falcon's shape: the ``XPreTrainedModel`` base has an ``__init__`` of its own (``super().__init__`` only), and the
+    model classes build their modules after calling it. A ``post_init()`` appended there would run before those modules
+    exist: with the head tied, transformers 5's ``tie_weights`` then fails building the copy from its config."""
+    folder = _silent_tie(zoo_folder, tmp_path, say=None)
+    toy = folder / "modeling_lgtoy.py"
+    toy.write_text(
+        toy.read_text().replace(
+            '    base_model_prefix = "model"\n',
+            '    base_model_prefix = "model"\n\n    def __init__(self, *inputs, **kwargs):\n'
+            "        super().__init__(*inputs, **kwargs)\n",
+            1,
+        )
+    )
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
+    assert result.refused == (), result.refused
+    base = (tmp_path / "fixed" / "modeling_lgtoy.py").read_text().split("class LgToyPreTrainedModel")[1]
+    assert "post_init" not in base.split("def _init_weights")[0]  # nothing runs before the model's modules exist
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tmp_path / "fixed", trust_remote_code=True)
+    built = AutoModelForCausalLM.from_config(config, trust_remote_code=True)  # as a user fine-tunes from scratch
+    assert built.lm_head.weight is built.embed_tokens.weight

@@ -182,6 +182,28 @@ def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | No
     return first
 
 
+def _runs_before_own_init(cls: type, target: str | None, classes: dict[str, tuple[str, str]]) -> bool:
+    """Whether ``cls`` has an ``__init__`` of its own (not ``target``'s) that runs ``target.__init__`` through
+    ``super().__init__``, so that a line appended to ``target.__init__`` runs before the rest of ``cls``'s."""
+    from .._codemod import method_calls
+
+    if target is None:
+        return False
+    own = None
+    for klass in cls.__mro__:
+        if klass.__name__ not in classes:
+            return False
+        calls = method_calls(classes[klass.__name__][1], klass.__name__, "__init__")
+        if calls is None:
+            continue
+        if klass.__name__ == target:
+            return own is not None
+        own = own or klass.__name__
+        if "super().__init__" not in calls and not any(c.endswith(f"{target}.__init__") for c in calls):
+            return False
+    return False
+
+
 TIE_DEFAULT_ON_5 = (
     'if not hasattr(self, "tie_word_embeddings"):  # transformers 4 configs defaulted it to True; 5 has no default\n'
     "    self.tie_word_embeddings = True"
@@ -258,8 +280,18 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
         changed, said = _tie_default(changed, model)
         done += said
     classes = _class_sources(changed)
-    for cls in sorted(_model_classes(model, PreTrainedModel), key=lambda k: k.__name__):
+    models = _model_classes(model, PreTrainedModel)
+    for cls in sorted(models, key=lambda k: k.__name__):
         target = _needs_post_init(cls, classes)
+        early = sorted(o.__name__ for o in models if o is not cls and _runs_before_own_init(o, target, classes))
+        if target is not None and early:  # a post_init() there would run before their own modules are built
+            if not any(issubclass(o, cls) for o in models if o.__name__ in early):
+                left.append(
+                    f"{cls.__name__} inherits {target}.__init__, which {', '.join(early)} run through super() before "
+                    f"building their own modules: a post_init() there would run before those exist; give "
+                    f"{cls.__name__} an __init__ that calls super().__init__(config) and then self.post_init()"
+                )
+            continue  # a base class (XPreTrainedModel): the classes built from it end their own __init__
         if target is not None:
             file = classes[target][0]
             changed[file] = ensure_imports(
