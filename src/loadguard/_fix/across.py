@@ -171,12 +171,23 @@ def same_outputs(
     unbuilt = before.get("not_built") or after.get("not_built")
     if unbuilt:
         return Proof(name, f"{new} vs {old}", None, f"not run: without weights, {unbuilt}", weightless)
+    if before.get("shrunk") != after.get("shrunk"):  # the two releases read the config's sizes apart
+        return Proof(
+            name,
+            f"{new} vs {old}",
+            None,
+            f"not compared: without weights the two sides were shrunk apart (on {old}: {before.get('shrunk') or 'not'}; "
+            f"on {new}: {after.get('shrunk') or 'not'})",
+            weightless,
+        )
     ok, detail, measured = compare_outputs(before, after, old, new)
     notes = (
         ["no checkpoint: both built from the config, every parameter given the same synthetic values on both sides"]
         if weightless
         else []
     )
+    if after.get("shrunk"):
+        notes.append(f"both {after['shrunk']}")
     if after.get("part") and before.get("part") == after.get("part"):
         outside = [t for t in changed if not t.startswith(f"{after['part']}.")]
         notes.append(

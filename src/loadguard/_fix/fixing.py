@@ -153,8 +153,8 @@ def fix(
     Proof (c), ``same_outputs``: the patched copy on this transformers answers as the original did on proof (b)'s
     release (same weights; inputs built from the config: logits within the dtype's tolerance, every position's token in
     the other side's top 5, the same greedy tokens), so ``fixed`` means "runs on 5.x as it did on 4.x".
-    Without weights, (c) builds both from the config and gives every parameter the same synthetic values (a model of at
-    most 300 M parameters; a larger one is ``unverified``). ``prove_outputs=False`` leaves (c) out (and the status then
+    Without weights, (c) builds both from the config and gives every parameter the same synthetic values (a model of
+    more than 300 M parameters from a shrunk copy of its config, the same on both sides, named in the proof). ``prove_outputs=False`` leaves (c) out (and the status then
     rests on (a) and (b), as before (c) existed)."""
 
     folder, target, label = Path(path), Path(out), name or str(path)

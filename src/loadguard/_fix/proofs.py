@@ -102,7 +102,7 @@ def _synthetic_outputs(folder: str, class_name: str | None) -> dict:
     if model is None:
         return {"not_built": why}
     ids = tokenized(folder)
-    return {**run_outputs(model, fixes=fixes_for, ids=ids), "synthetic": True, "ids": ids}
+    return {**run_outputs(model, fixes=fixes_for, ids=ids), "synthetic": True, "ids": ids, "shrunk": why}
 
 
 def _audit_patched(arguments: tuple[str, str | None, bool, bool, str | None, tuple[str, ...]]) -> dict:

@@ -214,7 +214,7 @@ def _synthetic_outputs(folder: str, workarounds, class_name: str | None, values_
         return {"not_built": why}
     seen = outputs(model, ids=ids)
     _save_values(seen.pop("values"), values_file, seen)
-    return {**seen, "synthetic": True}
+    return {**seen, "synthetic": True, "shrunk": why}
 
 
 def _every_file_of_the_code(folder: Path) -> None:

@@ -80,7 +80,8 @@ def synthetic_saves(folder: str, class_name: str | None, auto_class: str | None)
         return {"ok": None, "detail": f"not run: the copy could not be built from its config ({_first_line(error)})"}
     if model is None:
         return {"ok": None, "detail": f"not run: {why}"}
-    return saves_and_reloads(model, auto_class, set())
+    checked = saves_and_reloads(model, auto_class, set())
+    return {**checked, "detail": f"{checked['detail']} ({why})"} if why else checked
 
 
 __all__ = ["saves_and_reloads", "synthetic_saves"]

@@ -11,7 +11,7 @@ from .._infra import lazy_face
 __getattr__, __dir__, __all__ = lazy_face(
     __name__,
     {
-        "building": ("MAX_SYNTHETIC", "built_from_config", "class_for", "fill", "synthetic"),
+        "building": ("MAX_SYNTHETIC", "built_from_config", "class_for", "fill", "shrunk", "synthetic"),
         "inputs": (
             "describe_crash",
             "model_inputs",
