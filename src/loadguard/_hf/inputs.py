@@ -87,20 +87,115 @@ def _first_device_and_dtype(model: Any):
     return device, dtype
 
 
-def _pixel_values(config: Any, batch: int, device, dtype):
+IMAGE_SIZE = 224
+"""The side of the images built for a vision model whose config does not say its image size."""
+AUDIO_SAMPLES = 3200
+"""Samples of the waveform built for an audio model (0.2 s at 16 kHz: frames for a wav2vec2-style feature encoder)."""
+
+
+def _sized(*configs: Any, names: tuple[str, ...]) -> Any:
+    for config in configs:
+        for name in names:
+            value = getattr(config, name, None)
+            if isinstance(value, (int, list, tuple)) and not isinstance(value, bool) and value:
+                return value
+    return None
+
+
+def _generator():
+    import torch
+
+    return torch.Generator().manual_seed(_SEED)
+
+
+def _image_size(config: Any) -> Any:
+    vision = getattr(config, "vision_config", None) or config
+    return _sized(vision, config, names=("image_size", "img_size", "input_resolution"))
+
+
+def _pixel_values(config: Any, batch: int, length: int):
+    """Images of the configured size (``image_size``, else :data:`IMAGE_SIZE`) and channels."""
     import torch
 
     vision = getattr(config, "vision_config", None) or config
-    size = getattr(vision, "image_size", None) or getattr(config, "image_size", None)
-    if isinstance(size, (list, tuple)):
-        height, width = (int(size[0]), int(size[-1]))
-    elif isinstance(size, int):
-        height = width = size
-    else:
-        return None
-    channels = int(getattr(vision, "num_channels", 3) or 3)
-    generator = torch.Generator().manual_seed(_SEED)
-    return torch.randn(batch, channels, height, width, generator=generator).to(device=device, dtype=dtype)
+    size = _image_size(config) or IMAGE_SIZE
+    height, width = (int(size[0]), int(size[-1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+    channels = int(_sized(vision, config, names=("num_channels", "in_chans", "in_channels")) or 3)
+    return torch.randn(batch, channels, height, width, generator=_generator())
+
+
+def _input_values(config: Any, batch: int, length: int):
+    """A raw waveform (wav2vec2, HuBERT): :data:`AUDIO_SAMPLES` samples per row."""
+    import torch
+
+    return torch.randn(batch, AUDIO_SAMPLES, generator=_generator())
+
+
+def _input_features(config: Any, batch: int, length: int):
+    """Log-mel features (Whisper-style encoders): ``num_mel_bins`` by twice ``max_source_positions`` frames, as the
+    encoder's two convolutions expect."""
+    import torch
+
+    bins = int(_sized(config, names=("num_mel_bins", "feature_size", "n_mels")) or 80)
+    positions = _sized(config, names=("max_source_positions",))
+    frames = 2 * int(positions) if isinstance(positions, int) else 100
+    return torch.randn(batch, bins, frames, generator=_generator())
+
+
+def _inputs_embeds(config: Any, batch: int, length: int):
+    import torch
+
+    hidden = int(_sized(_text_config(config), config, names=("hidden_size", "d_model", "n_embd")) or 0)
+    return torch.randn(batch, length, hidden, generator=_generator()) * 0.02 if hidden else None
+
+
+def _past_length(config: Any, length: int) -> int:
+    context = _sized(config, names=("context_length", "context_len", "seq_len", "sequence_length", "input_size"))
+    lags = getattr(config, "lags_sequence", None) or [0]
+    base = int(context) if isinstance(context, int) else 4 * length
+    return base + (max(lags) if isinstance(lags, (list, tuple)) and lags else 0)
+
+
+def _channels(config: Any) -> int:
+    return int(_sized(config, names=("num_input_channels", "input_size", "enc_in", "n_vars")) or 1)
+
+
+def _past_values(config: Any, batch: int, length: int):
+    """A float time series (time-series transformers): the config's context length (and its largest lag) of each of
+    its input channels."""
+    import torch
+
+    steps, channels = _past_length(config, length), _channels(config)
+    shape = (batch, steps, channels) if channels > 1 else (batch, steps)
+    return torch.randn(*shape, generator=_generator())
+
+
+def _past_time_features(config: Any, batch: int, length: int):
+    import torch
+
+    features = int(_sized(config, names=("num_time_features",)) or 1)
+    return torch.zeros(batch, _past_length(config, length), features)
+
+
+def _past_observed_mask(config: Any, batch: int, length: int):
+    import torch
+
+    return torch.ones_like(_past_values(config, batch, length))
+
+
+BUILDERS = {
+    "pixel_values": _pixel_values,
+    "images": _pixel_values,
+    "input_values": _input_values,
+    "input_features": _input_features,
+    "inputs_embeds": _inputs_embeds,
+    "past_values": _past_values,
+    "past_time_features": _past_time_features,
+    "past_observed_mask": _past_observed_mask,
+}
+"""The inputs built per modality, by the name the forward gives them (what transformers' own models call them)."""
+PRIMARY = ("pixel_values", "images", "input_values", "input_features", "past_values")
+"""Inputs built even where the forward gives them a default, when it takes no token ids: its only way in."""
 
 
 def model_inputs(
@@ -108,8 +203,13 @@ def model_inputs(
 ) -> tuple[dict[str, Any], list[str]]:
     """``(keyword arguments for model.forward, the required arguments it takes that could not be built)``: token ids of
     the config's vocabulary (or ``ids``: a prompt the model's own tokenizer encoded, with the special tokens it adds),
-    an all-ones attention mask, pixel values of the configured image size where the forward requires them, and
-    ``use_cache=False`` (one pass is compared; v4-era code may not speak a newer cache class)."""
+    an all-ones attention mask, and, by the forward's own names, the other modalities from the config's sizes: images
+    (``pixel_values``: its ``image_size`` and channels; 224 square for a vision model whose config has none), a waveform (``input_values``), log-mel
+    features (``input_features``), a time series (``past_values`` with its time features and observed mask: the
+    config's context length, lags and channels), embeddings (``inputs_embeds``). Each is built where the forward
+    requires it, and a model that takes no token ids gets its primary input even where it defaults to None. Float
+    inputs are seeded (the same on every release) and in the model's dtype. ``use_cache=False`` (one pass is compared;
+    v4-era code may not speak a newer cache class)."""
     import torch
 
     try:
@@ -117,14 +217,15 @@ def model_inputs(
     except (TypeError, ValueError):
         parameters = {}
     open_ended = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+    takes_ids = "input_ids" in parameters or open_ended
     device, dtype = _first_device_and_dtype(model)
     ids = (token_ids(model.config, batch, length) if ids is None else torch.as_tensor(ids, dtype=torch.long)).to(
         device
     )
     built: dict[str, Any] = {}
-    if "input_ids" in parameters or open_ended:
+    if takes_ids:
         built["input_ids"] = ids
-    if "attention_mask" in parameters:
+    if "attention_mask" in parameters and takes_ids:
         built["attention_mask"] = torch.ones_like(ids)
     if "use_cache" in parameters:
         built["use_cache"] = False
@@ -134,14 +235,23 @@ def model_inputs(
             parameter.POSITIONAL_OR_KEYWORD,
             parameter.KEYWORD_ONLY,
         )
-        if not required or name in built:
+        primary = not takes_ids and name in PRIMARY and not any(p in built for p in PRIMARY)
+        if not (required or primary) or name in built:
             continue
-        if name in ("pixel_values", "images"):
-            pixels = _pixel_values(model.config, batch, device, dtype)
-            if pixels is not None:
-                built[name] = pixels
-                continue
-        missing.append(name)
+        builder = BUILDERS.get(name)
+        if takes_ids and name in ("pixel_values", "images") and not _image_size(model.config):
+            builder = None  # a vision-language model's images need the size its processor makes: its text part runs
+        value = builder(model.config, int(ids.shape[0]), int(ids.shape[-1])) if builder is not None else None
+        if value is not None:
+            built[name] = value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
+            continue
+        if required:
+            missing.append(name)
+    for name in ("past_time_features", "past_observed_mask"):  # what a time series comes with where it is taken
+        if "past_values" in built and name in parameters and name not in built:
+            built[name] = BUILDERS[name](model.config, int(ids.shape[0]), int(ids.shape[-1])).to(device=device)
+            if built[name].is_floating_point():
+                built[name] = built[name].to(dtype)
     return built, missing
 
 
