@@ -89,3 +89,29 @@ def test_a_base_class_init_gets_no_early_post_init_and_the_copy_builds_from_its_
     config = AutoConfig.from_pretrained(tmp_path / "fixed", trust_remote_code=True)
     built = AutoModelForCausalLM.from_config(config, trust_remote_code=True)  # as a user fine-tunes from scratch
     assert built.lm_head.weight is built.embed_tokens.weight
+
+
+@needs_v5
+def test_a_class_that_only_inherits_such_an_init_is_left_for_a_person_with_what_to_write(zoo_folder, tmp_path):
+    """The same base, and a model class of the folder with no ``__init__`` of its own: its only ``__init__`` is the
+    base's, which the other classes run first; nothing can be appended there, so that class is left, saying what to
+    write, and the rest is fixed (``partly``)."""
+    folder = _silent_tie(zoo_folder, tmp_path, say=None)
+    toy = folder / "modeling_lgtoy.py"
+    toy.write_text(
+        toy.read_text().replace(
+            '    base_model_prefix = "model"\n',
+            '    base_model_prefix = "model"\n\n    def __init__(self, *inputs, **kwargs):\n'
+            "        super().__init__(*inputs, **kwargs)\n",
+            1,
+        )
+    )
+    v4 = folder / "modeling_lgv4.py"  # beside the class the load builds, as a folder's other heads are
+    v4.write_text(v4.read_text() + "\n\nclass LgToyBare(LgToyPreTrainedModel):\n    pass\n")
+    result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
+    assert result.status != "fixed", result.to_json()
+    left = " ".join(r.reason for r in result.refused)
+    assert "LgToyBare inherits LgToyPreTrainedModel.__init__, which LgToyForCausalLM, LgV4ForCausalLM run" in left
+    assert "give LgToyBare an __init__ that calls super().__init__(config) and then self.post_init()" in left
+    base = (tmp_path / "fixed" / "modeling_lgtoy.py").read_text().split("class LgToyPreTrainedModel")[1]
+    assert "post_init" not in base.split("def _init_weights")[0]

@@ -283,7 +283,7 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     models = _model_classes(model, PreTrainedModel)
     for cls in sorted(models, key=lambda k: k.__name__):
         target = _needs_post_init(cls, classes)
-        early = sorted(o.__name__ for o in models if o is not cls and _runs_before_own_init(o, target, classes))
+        early = sorted({o.__name__ for o in models if o is not cls and _runs_before_own_init(o, target, classes)})
         if target is not None and early:  # a post_init() there would run before their own modules are built
             if not any(issubclass(o, cls) for o in models if o.__name__ in early):
                 left.append(
