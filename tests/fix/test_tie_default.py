@@ -65,12 +65,8 @@ def test_a_config_that_says_untied_gets_no_tie(zoo_folder, tmp_path):
     assert not any("tie_word_embeddings" in c.description for c in result.changes)
 
 
-@needs_v5
-def test_a_base_class_init_gets_no_early_post_init_and_the_copy_builds_from_its_config(zoo_folder, tmp_path):
-    """Falcon's shape: the ``XPreTrainedModel`` base has an ``__init__`` of its own (``super().__init__`` only), and the
-    model classes build their modules after calling it. A ``post_init()`` appended there would run before those modules
-    exist: with the head tied, transformers 5's ``tie_weights`` then fails building the copy from its config."""
-    folder = _silent_tie(zoo_folder, tmp_path, say=None)
+def _with_base_init(folder: Path) -> None:
+    """Falcon's shape: the ``XPreTrainedModel`` base gets an ``__init__`` of its own (``super().__init__`` only)."""
     toy = folder / "modeling_lgtoy.py"
     toy.write_text(
         toy.read_text().replace(
@@ -80,6 +76,15 @@ def test_a_base_class_init_gets_no_early_post_init_and_the_copy_builds_from_its_
             1,
         )
     )
+
+
+@needs_v5
+def test_a_base_class_init_gets_no_early_post_init_and_the_copy_builds_from_its_config(zoo_folder, tmp_path):
+    """Falcon's shape: the ``XPreTrainedModel`` base has an ``__init__`` of its own (``super().__init__`` only), and the
+    model classes build their modules after calling it. A ``post_init()`` appended there would run before those modules
+    exist: with the head tied, transformers 5's ``tie_weights`` then fails building the copy from its config."""
+    folder = _silent_tie(zoo_folder, tmp_path, say=None)
+    _with_base_init(folder)
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
     assert result.refused == (), result.refused
     base = (tmp_path / "fixed" / "modeling_lgtoy.py").read_text().split("class LgToyPreTrainedModel")[1]
@@ -97,15 +102,7 @@ def test_a_class_that_only_inherits_such_an_init_is_left_for_a_person_with_what_
     base's, which the other classes run first; nothing can be appended there, so that class is left, saying what to
     write, and the rest is fixed (``partly``)."""
     folder = _silent_tie(zoo_folder, tmp_path, say=None)
-    toy = folder / "modeling_lgtoy.py"
-    toy.write_text(
-        toy.read_text().replace(
-            '    base_model_prefix = "model"\n',
-            '    base_model_prefix = "model"\n\n    def __init__(self, *inputs, **kwargs):\n'
-            "        super().__init__(*inputs, **kwargs)\n",
-            1,
-        )
-    )
+    _with_base_init(folder)
     v4 = folder / "modeling_lgv4.py"  # beside the class the load builds, as a folder's other heads are
     v4.write_text(v4.read_text() + "\n\nclass LgToyBare(LgToyPreTrainedModel):\n    pass\n")
     result = loadguard.fix(folder, tmp_path / "fixed", trust_remote_code=True, verify=False)
