@@ -110,9 +110,8 @@ def shrunk(config: dict) -> tuple[dict, list[str]]:
                 set_(key, kv if kv is not None else new)
             for key in ints(WIDTHS):
                 set_(key, out[key] * new // old)
-    for key, most in EXPERTS.items():
-        if key in ints((key,)):
-            set_(key, min(out[key], most))
+    for key in ints(EXPERTS):
+        set_(key, min(out[key], EXPERTS[key]))
     for key in ints(("n_group", "topk_group")):  # experts split in groups: one group of them
         set_(key, 1)
     return out, said

@@ -85,8 +85,8 @@ def model_inputs(
     """``(keyword arguments for model.forward, the required arguments it takes that could not be built)``: token ids of
     the config's vocabulary (or ``ids``: a prompt the model's own tokenizer encoded, with the special tokens it adds),
     an all-ones attention mask, and, by the forward's own names, the other modalities from the config's sizes: images
-    (``pixel_values``: its ``image_size`` and channels; 224 square for a vision model whose config has none), a waveform (``input_values``), log-mel
-    features (``input_features``), a time series (``past_values`` with its time features and observed mask: the
+    (``pixel_values``: its ``image_size`` and channels; 224 square for a vision model whose config has none), a
+    waveform (``input_values``), log-mel features (``input_features``), a time series (``past_values`` with its time features and observed mask: the
     config's context length, lags and channels), embeddings (``inputs_embeds``). Each is built where the forward
     requires it, and a model that takes no token ids gets its primary input even where it defaults to None. Float
     inputs are seeded (the same on every release) and in the model's dtype. ``use_cache=False`` (one pass is compared;
@@ -104,6 +104,11 @@ def model_inputs(
         device
     )
     built: dict[str, Any] = {}
+
+    def made(name: str) -> Any:  # the modality's input, on the model's device, floats in its dtype (None: not built)
+        value = BUILDERS[name](model.config, int(ids.shape[0]), int(ids.shape[-1]))
+        return None if value is None else value.to(device, dtype if value.is_floating_point() else value.dtype)
+
     if takes_ids:
         built["input_ids"] = ids
     if "attention_mask" in parameters and takes_ids:
@@ -119,20 +124,16 @@ def model_inputs(
         primary = not takes_ids and name in PRIMARY and not any(p in built for p in PRIMARY)
         if not (required or primary) or name in built:
             continue
-        builder = BUILDERS.get(name)
-        if takes_ids and name in ("pixel_values", "images") and not image_size(model.config):
-            builder = None  # a vision-language model's images need the size its processor makes: its text part runs
-        value = builder(model.config, int(ids.shape[0]), int(ids.shape[-1])) if builder is not None else None
+        # a vision-language model's images need the size its processor makes: its text part runs
+        guessed_images = takes_ids and name in ("pixel_values", "images") and not image_size(model.config)
+        value = made(name) if name in BUILDERS and not guessed_images else None
         if value is not None:
-            built[name] = value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
-            continue
-        if required:
+            built[name] = value
+        elif required:
             missing.append(name)
     for name in ("past_time_features", "past_observed_mask"):  # what a time series comes with where it is taken
         if "past_values" in built and name in parameters and name not in built:
-            built[name] = BUILDERS[name](model.config, int(ids.shape[0]), int(ids.shape[-1])).to(device=device)
-            if built[name].is_floating_point():
-                built[name] = built[name].to(dtype)
+            built[name] = made(name)
     return built, missing
 
 

@@ -92,14 +92,17 @@ def _channels(config: Any) -> int:
     return int(_sized(config, names=("num_input_channels", "input_size", "enc_in", "n_vars")) or 1)
 
 
+def _series_shape(config: Any, batch: int, length: int) -> tuple[int, ...]:
+    steps, channels = _past_length(config, length), _channels(config)
+    return (batch, steps, channels) if channels > 1 else (batch, steps)
+
+
 def _past_values(config: Any, batch: int, length: int):
     """A float time series (time-series transformers): the config's context length (and its largest lag) of each of
     its input channels."""
     import torch
 
-    steps, channels = _past_length(config, length), _channels(config)
-    shape = (batch, steps, channels) if channels > 1 else (batch, steps)
-    return torch.randn(*shape, generator=_generator())
+    return torch.randn(*_series_shape(config, batch, length), generator=_generator())
 
 
 def _past_time_features(config: Any, batch: int, length: int):
@@ -112,7 +115,7 @@ def _past_time_features(config: Any, batch: int, length: int):
 def _past_observed_mask(config: Any, batch: int, length: int):
     import torch
 
-    return torch.ones_like(_past_values(config, batch, length))
+    return torch.ones(*_series_shape(config, batch, length))
 
 
 BUILDERS = {

@@ -182,13 +182,11 @@ def _needs_post_init(cls: type, classes: dict[str, tuple[str, str]]) -> str | No
     return first
 
 
-def _runs_before_own_init(cls: type, target: str | None, classes: dict[str, tuple[str, str]]) -> bool:
+def _runs_before_own_init(cls: type, target: str, classes: dict[str, tuple[str, str]]) -> bool:
     """Whether ``cls`` has an ``__init__`` of its own (not ``target``'s) that runs ``target.__init__`` through
     ``super().__init__``, so that a line appended to ``target.__init__`` runs before the rest of ``cls``'s."""
     from .._codemod import method_calls
 
-    if target is None:
-        return False
     own = None
     for klass in cls.__mro__:
         if klass.__name__ not in classes:
@@ -283,8 +281,10 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
     models = _model_classes(model, PreTrainedModel)
     for cls in sorted(models, key=lambda k: k.__name__):
         target = _needs_post_init(cls, classes)
+        if target is None:
+            continue
         early = sorted({o.__name__ for o in models if o is not cls and _runs_before_own_init(o, target, classes)})
-        if target is not None and early:  # a post_init() there would run before their own modules are built
+        if early:  # a post_init() there would run before their own modules are built
             if not any(issubclass(o, cls) for o in models if o.__name__ in early):
                 left.append(
                     f"{cls.__name__} inherits {target}.__init__, which {', '.join(early)} run through super() before "
@@ -292,13 +292,10 @@ def tied_weights_source(sources: dict[str, str], config: dict, model) -> tuple[d
                     f"{cls.__name__} an __init__ that calls super().__init__(config) and then self.post_init()"
                 )
             continue  # a base class (XPreTrainedModel): the classes built from it end their own __init__
-        if target is not None:
-            file = classes[target][0]
-            changed[file] = ensure_imports(
-                append_to_init(changed[file], target, POST_INIT_ON_5), ["import transformers"]
-            )
-            classes = _class_sources(changed)
-            done.append((file, f"{target}.__init__ ends with self.post_init() where transformers 5 runs"))
+        file = classes[target][0]
+        changed[file] = ensure_imports(append_to_init(changed[file], target, POST_INIT_ON_5), ["import transformers"])
+        classes = _class_sources(changed)
+        done.append((file, f"{target}.__init__ ends with self.post_init() where transformers 5 runs"))
     edited = {n: t for n, t in changed.items() if t != sources[n]}
     said = {
         file: "; ".join(what for where, what in done if where == file) + " (written for transformers 4.x's tying)"
